@@ -1,0 +1,3 @@
+from autobatch.cli import main
+
+main()

@@ -1,0 +1,156 @@
+"""The ``autobatch`` command line: parse, call one library function, print.
+
+Every ``AutobatchError`` becomes one line on stderr and exit code 2; nothing
+here holds logic that a library function could hold.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+
+from autobatch.errors import AutobatchError, ConfigError
+
+app = typer.Typer(
+    name="autobatch",
+    help="Keep a Triton model inside its latency SLO while getting the most out of the device.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    rich_markup_mode=None,
+)
+out = Console()
+err = Console(stderr=True)
+
+
+def main() -> None:
+    try:
+        app()
+    except AutobatchError as exc:
+        err.print(f"autobatch: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=None, sort_keys=False) + "\n")
+    sys.stdout.flush()
+
+
+# -- serve ---------------------------------------------------------------------------------
+
+
+class _Stop(Exception):
+    pass
+
+
+def _raise_stop(signum: int, frame: Any) -> None:
+    raise _Stop()
+
+
+@app.command()
+def serve(
+    repository: Annotated[
+        Optional[Path], typer.Option(help="Model repository (default: the project's model_repository/).")
+    ] = None,
+    host: Annotated[str, typer.Option(help="Address every endpoint binds.")] = "127.0.0.1",
+    http_port: Annotated[int, typer.Option(help="HTTP/REST port.")] = 8000,
+    grpc_port: Annotated[int, typer.Option(help="gRPC port.")] = 8001,
+    metrics_port: Annotated[int, typer.Option(help="Prometheus /metrics port.")] = 8002,
+    model: Annotated[
+        Optional[list[str]], typer.Option("--model", help="Load only this model (repeatable).")
+    ] = None,
+    emulate_curve: Annotated[
+        Optional[Path],
+        typer.Option(help="Batch curve file (../shared/curves format) for emulated_accelerator."),
+    ] = None,
+) -> None:
+    """Start the embedded Triton (from nvidia-pytriton) with every model loaded.
+
+    Example: autobatch serve --emulate-curve ../shared/curves/laptop-512x288-fp16.yaml
+    """
+    from autobatch.plan.curve import load_curve
+    from autobatch.serve import TritonServer
+
+    curve = load_curve(emulate_curve) if emulate_curve else None
+    server = TritonServer(
+        repository,
+        host=host,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        metrics_port=metrics_port,
+        models=model,
+        emulate_curve=curve,
+    )
+    previous = signal.signal(signal.SIGTERM, _raise_stop)
+    try:
+        with err.status("starting tritonserver ..."):
+            server.start()
+        out.print(f"Triton ready (pid {server.pid}), models from {server.repository}")
+        out.print(f"  HTTP     {server.urls.http}")
+        out.print(f"  gRPC     {server.urls.grpc}")
+        out.print(f"  metrics  {server.urls.metrics}")
+        out.print(f"  log      {server.log_path}")
+        out.print("Ctrl-C or SIGTERM stops it.")
+        while server.running():
+            time.sleep(0.5)
+        raise AutobatchError(f"tritonserver exited unexpectedly: {server.log_tail()}")
+    except (_Stop, KeyboardInterrupt):
+        err.print("stopping tritonserver ...")
+    finally:
+        server.close()
+        signal.signal(signal.SIGTERM, previous)
+
+
+# -- render --------------------------------------------------------------------------------
+
+
+@app.command()
+def render(
+    profile: Annotated[Path, typer.Argument(help="Profile YAML (profiles/<model>/<name>.yaml).")],
+    base: Annotated[
+        Optional[Path],
+        typer.Option(help="config.pbtxt to merge into (default: the repository's config of the model)."),
+    ] = None,
+    repository: Annotated[Optional[Path], typer.Option(help="Model repository for the default base.")] = None,
+    override: Annotated[
+        bool, typer.Option("--override", help="Print the JSON body of POST .../load instead.")
+    ] = False,
+) -> None:
+    """Render a profile into a full config.pbtxt (or the load API's config override).
+
+    Example: autobatch render profiles/dense_mlp/aggressive.yaml > config.pbtxt
+    """
+    from autobatch.profiles import load_profile, parse_pbtxt, render_pbtxt
+    from autobatch.serve import default_repository
+
+    prof = load_profile(profile)
+    if base is None:
+        repo = repository or default_repository()
+        base = repo / (prof.model or "") / "config.pbtxt"
+        if not base.is_file():
+            raise ConfigError(
+                f"{profile}: no base config for model {prof.model!r} at {base}; pass --base",
+                source=str(profile),
+            )
+    try:
+        base_text = base.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{base}: cannot read: {exc}", source=str(base)) from exc
+    config = parse_pbtxt(base_text, str(base))
+    if override:
+        print_json(prof.to_override(config))
+    else:
+        sys.stdout.write(render_pbtxt(prof.merge_into(config), str(profile)))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,217 @@
+"""Reading YAML input into typed values, with errors that say exactly what is wrong.
+
+Every file autobatch reads (profiles, curves, schedules, the sidecar config)
+goes through :func:`load_yaml` and a :class:`Section`. A bad value raises
+:class:`~autobatch.errors.ConfigError` with one line naming the file, the
+field path, the value and what is allowed, e.g.::
+
+    profiles/dense_mlp/aggressive.yaml: dynamic_batching.preferred_batch_size[1] = 64:
+    must be <= max_batch_size (32)
+
+The only I/O here is reading the file.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from autobatch.errors import ConfigError
+
+__all__ = ["MISSING", "Section", "load_yaml"]
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+
+
+def load_yaml(path: str | Path, *, error: type[ConfigError] = ConfigError) -> Any:
+    """Read and parse one YAML file; any failure is a one-line ``ConfigError``."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise error(f"{p}: file not found", source=str(p)) from exc
+    except IsADirectoryError as exc:
+        raise error(f"{p}: is a directory, expected a YAML file", source=str(p)) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(f"{p}: cannot read: {exc}", source=str(p)) from exc
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise error(f"{p}: not valid YAML{where}: {problem}", source=str(p)) from exc
+
+
+class Section:
+    """A mapping read field by field, each read checked and named by its path.
+
+    Call :meth:`done` at the end to reject keys nobody asked for (a typo in a
+    config must not be silently ignored).
+    """
+
+    def __init__(
+        self,
+        source: str,
+        data: Any,
+        path: str = "",
+        *,
+        error: type[ConfigError] = ConfigError,
+    ) -> None:
+        self.source = source
+        self.path = path
+        self.error = error
+        if data is None:
+            data = {}
+        if not isinstance(data, Mapping):
+            where = path or "(top level)"
+            raise error(
+                f"{source}: {where} = {_short(data)}: must be a mapping of field: value",
+                source=source,
+                field=path,
+                value=data,
+            )
+        self.data: Mapping[str, Any] = data
+        self._seen: set[str] = set()
+
+    # -- helpers -----------------------------------------------------------------
+    def field_path(self, key: str | int) -> str:
+        if isinstance(key, int):
+            return f"{self.path}[{key}]"
+        return f"{self.path}.{key}" if self.path else key
+
+    def fail(self, key: str | int, value: Any, allowed: str) -> ConfigError:
+        field = self.field_path(key)
+        return self.error(
+            f"{self.source}: {field} = {_short(value)}: {allowed}",
+            source=self.source,
+            field=field,
+            value=value,
+        )
+
+    def has(self, key: str) -> bool:
+        return key in self.data
+
+    def raw(self, key: str, default: Any = MISSING) -> Any:
+        self._seen.add(key)
+        if key not in self.data or self.data[key] is None:
+            if default is MISSING:
+                raise self.error(
+                    f"{self.source}: {self.field_path(key)}: required field is missing",
+                    source=self.source,
+                    field=self.field_path(key),
+                )
+            return default
+        return self.data[key]
+
+    # -- typed reads -------------------------------------------------------------
+    def int(
+        self,
+        key: str,
+        default: Any = MISSING,
+        *,
+        min: int | None = None,
+        max: int | None = None,
+    ) -> Any:
+        v = self.raw(key, default)
+        if v is default and default is not MISSING:
+            return v
+        return check_int(self, key, v, min=min, max=max)
+
+    def float(
+        self,
+        key: str,
+        default: Any = MISSING,
+        *,
+        min: float | None = None,
+        max: float | None = None,
+        min_exclusive: bool = False,
+    ) -> Any:
+        v = self.raw(key, default)
+        if v is default and default is not MISSING:
+            return v
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise self.fail(key, v, "must be a finite number")
+        v = float(v)
+        if min is not None and (v <= min if min_exclusive else v < min):
+            raise self.fail(key, v, f"must be {'>' if min_exclusive else '>='} {min:g}")
+        if max is not None and v > max:
+            raise self.fail(key, v, f"must be <= {max:g}")
+        return v
+
+    def str(self, key: str, default: Any = MISSING, *, choices: tuple[str, ...] = ()) -> Any:
+        v = self.raw(key, default)
+        if v is default and default is not MISSING:
+            return v
+        if not isinstance(v, str) or not v:
+            raise self.fail(key, v, "must be a non-empty string")
+        if choices and v not in choices:
+            raise self.fail(key, v, f"must be one of {', '.join(choices)}")
+        return v
+
+    def bool(self, key: str, default: Any = MISSING) -> Any:
+        v = self.raw(key, default)
+        if not isinstance(v, bool):
+            raise self.fail(key, v, "must be true or false")
+        return v
+
+    def int_list(
+        self, key: str, default: Any = MISSING, *, min: int | None = None, max: int | None = None
+    ) -> Any:
+        v = self.raw(key, default)
+        if v is default and default is not MISSING:
+            return v
+        if not isinstance(v, list):
+            raise self.fail(key, v, "must be a list of integers")
+        sub = Section(self.source, {}, self.field_path(key), error=self.error)
+        return tuple(check_int(sub, i, item, min=min, max=max) for i, item in enumerate(v))
+
+    def section(self, key: str, default: Any = MISSING) -> Section:
+        v = self.raw(key, {} if default is MISSING else default)
+        if default is MISSING and key not in self.data:
+            self.raw(key)  # raises "required"
+        return Section(self.source, v, self.field_path(key), error=self.error)
+
+    def sections(self, key: str) -> list[Section]:
+        v = self.raw(key)
+        if not isinstance(v, list) or not v:
+            raise self.fail(key, v, "must be a non-empty list")
+        return [
+            Section(self.source, item, f"{self.field_path(key)}[{i}]", error=self.error)
+            for i, item in enumerate(v)
+        ]
+
+    def done(self) -> None:
+        extra = [k for k in self.data if k not in self._seen]
+        if extra:
+            known = ", ".join(sorted(self._seen)) or "none"
+            k = extra[0]
+            raise self.fail(k, self.data[k], f"unknown field (known fields here: {known})")
+
+
+def check_int(sec: Section, key: str | int, v: Any, *, min: int | None, max: int | None) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        else:
+            raise sec.fail(key, v, "must be an integer")
+    if min is not None and v < min:
+        raise sec.fail(key, v, f"must be >= {min}")
+    if max is not None and v > max:
+        raise sec.fail(key, v, f"must be <= {max}")
+    return v
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,105 @@
+"""The one exception tree of autobatch.
+
+Library errors (httpx, grpc, yaml, OSError, ...) are translated into these at
+the boundary where they happen, with ``raise ... from exc``, so callers only
+ever catch ``AutobatchError`` subclasses::
+
+    AutobatchError
+     +-- ConfigError          bad input: a file, a field, a flag (CLI exit code 2)
+     |    +-- ProfileError    a batching profile that fails validation
+     +-- ServeError           the embedded Triton could not start or stop
+     +-- TritonError          the Triton server answered with an error or not at all
+     +-- SignalError          metrics could not be turned into a trustworthy window
+     +-- ActuationError       a profile could not be applied
+     +-- BatcherError         the SDK micro-batcher
+     |    +-- QueueFullError  the batcher's queue is full and backpressure is "raise"
+     +-- LoadError            the load generator could not run
+
+Every message is a sentence that says what is wrong and, where it can, what to
+do about it. ``ConfigError`` messages name the file, the field path, the value
+and what is allowed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ActuationError",
+    "AutobatchError",
+    "BatcherError",
+    "ConfigError",
+    "LoadError",
+    "ProfileError",
+    "QueueFullError",
+    "ServeError",
+    "SignalError",
+    "TritonError",
+]
+
+
+class AutobatchError(Exception):
+    """Base of every error autobatch raises on purpose."""
+
+
+class ConfigError(AutobatchError):
+    """Bad input: a config file, a profile, a curve, a schedule or a flag.
+
+    Build with :meth:`field` to get the house format
+    ``FILE: FIELD: VALUE: what is allowed``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        source: str | None = None,
+        field: str | None = None,
+        value: Any = None,
+    ) -> None:
+        super().__init__(message)
+        self.source = source
+        self.field = field
+        self.value = value
+
+    @classmethod
+    def field_error(cls, source: str, field: str, value: Any, allowed: str) -> ConfigError:
+        """``<source>: <field> = <value!r>: <allowed>`` as one line."""
+        return cls(
+            f"{source}: {field} = {value!r}: {allowed}",
+            source=source,
+            field=field,
+            value=value,
+        )
+
+
+class ProfileError(ConfigError):
+    """A batching profile that fails validation (locally or against the live model)."""
+
+
+class ServeError(AutobatchError):
+    """The embedded Triton server could not be started, reached or stopped."""
+
+
+class TritonError(AutobatchError):
+    """A Triton endpoint answered with an error, or could not be reached."""
+
+
+class SignalError(AutobatchError):
+    """Metrics could not be read or turned into a trustworthy window."""
+
+
+class ActuationError(AutobatchError):
+    """A profile could not be applied to the server or the gateway."""
+
+
+class BatcherError(AutobatchError):
+    """The SDK micro-batcher failed a request."""
+
+
+class QueueFullError(BatcherError):
+    """The micro-batcher's queue is full and its backpressure mode is ``raise``."""
+
+
+class LoadError(AutobatchError):
+    """The load generator could not run."""

@@ -1,0 +1,435 @@
+"""Launch the real ``tritonserver`` binary shipped in the ``nvidia-pytriton`` wheel.
+
+What it takes to run that binary with Python-backend models on this machine:
+
+* a backend folder holding ``libtriton_python.so``, ``triton_python_backend_utils.py``
+  and the stub built for this Python version. The stub is *symlinked* from the
+  wheel's ``python_backend_stubs/3.X/``: a copy loses its RPATH to the wheel's
+  bundled libraries.
+* the stub embeds ``libpython3.X.so`` and computes ``sys.prefix`` from the
+  ``python3`` it finds on ``PATH``. The embedded interpreter ignores
+  ``PYTHONPATH``, so this environment's ``bin/`` goes first on ``PATH`` (a venv's
+  ``pyvenv.cfg`` then puts its site-packages, with numpy and torch, on
+  ``sys.path``) and the interpreter's ``LIBDIR`` goes on ``LD_LIBRARY_PATH``.
+* the stub of nvidia-pytriton 0.7 needs NumPy 1.x: with NumPy 2 every output
+  tensor comes back empty.
+
+:class:`TritonServer` is a context manager used by the CLI, the tests, the
+demo and the benchmarks. It starts the server in its own process group, waits
+for readiness and on exit stops it and every stub process it spawned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from autobatch.errors import ConfigError, ServeError
+
+__all__ = [
+    "EMULATOR_MODEL",
+    "TritonServer",
+    "TritonUrls",
+    "default_repository",
+    "free_port",
+    "list_models",
+]
+
+EMULATOR_MODEL = "emulated_accelerator"
+"""The Python-backend model whose batch times follow a batch curve."""
+
+
+@dataclass(frozen=True)
+class TritonUrls:
+    host: str
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+
+    @property
+    def http(self) -> str:
+        return f"http://{self.host}:{self.http_port}"
+
+    @property
+    def grpc(self) -> str:
+        return f"{self.host}:{self.grpc_port}"
+
+    @property
+    def metrics(self) -> str:
+        return f"http://{self.host}:{self.metrics_port}/metrics"
+
+
+def project_root() -> Path:
+    """The source checkout this package runs from (an editable install), if any."""
+    return Path(__file__).resolve().parents[2]
+
+
+def default_repository() -> Path:
+    """``./model_repository`` if there is one, else the project's own."""
+    here = Path.cwd() / "model_repository"
+    if here.is_dir():
+        return here
+    return project_root() / "model_repository"
+
+
+def list_models(repository: Path) -> list[str]:
+    """Model names in a repository: folders holding a ``config.pbtxt``."""
+    return sorted(p.parent.name for p in repository.glob("*/config.pbtxt"))
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _port_taken(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def _pytriton_dir() -> Path:
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        raise ServeError(
+            "the embedded Triton needs the 'triton' extra: pip install 'autobatch[triton]' "
+            "(it provides the tritonserver binary from nvidia-pytriton)"
+        )
+    root = Path(list(spec.submodule_search_locations)[0]) / "tritonserver"
+    if not (root / "bin" / "tritonserver").is_file():
+        raise ServeError(f"nvidia-pytriton is installed but {root}/bin/tritonserver is missing")
+    return root
+
+
+def _prepare_backends(triton_root: Path, into: Path) -> Path:
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = triton_root / "python_backend_stubs" / version / "triton_python_backend_stub"
+    if not stub.is_file():
+        raise ServeError(
+            f"nvidia-pytriton ships no Python-backend stub for Python {version} ({stub} missing)"
+        )
+    py = into / "backends" / "python"
+    py.mkdir(parents=True, exist_ok=True)
+    src = triton_root / "backends" / "python"
+    for name, target in (
+        ("libtriton_python.so", src / "libtriton_python.so"),
+        ("triton_python_backend_utils.py", src / "triton_python_backend_utils.py"),
+        ("triton_python_backend_stub", stub),
+    ):
+        link = py / name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(target)
+    return into / "backends"
+
+
+def _environment() -> dict[str, str]:
+    env = os.environ.copy()
+    bindir = str(Path(sys.executable).parent)
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+    libdir = sysconfig.get_config_var("LIBDIR") or ""
+    parts = [p for p in (libdir, env.get("LD_LIBRARY_PATH", "")) if p]
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(parts)
+    # Pin BLAS/OpenMP pools inside the stubs; the models set torch's own threads.
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("MKL_NUM_THREADS", "1")
+    # Not honoured by the embedded interpreter, kept for tools the models spawn.
+    site = sysconfig.get_paths()["purelib"]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (site, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+class TritonServer:
+    """The embedded Triton, as a context manager.
+
+    >>> with TritonServer.on_free_ports() as server:   # doctest: +SKIP
+    ...     httpx.get(server.urls.http + "/v2/health/ready")
+    """
+
+    def __init__(
+        self,
+        repository: str | Path | None = None,
+        *,
+        host: str = "127.0.0.1",
+        http_port: int = 8000,
+        grpc_port: int = 8001,
+        metrics_port: int = 8002,
+        models: Sequence[str] | None = None,
+        emulate_curve: Any = None,
+        startup_timeout_s: float = 180.0,
+        stop_timeout_s: float = 15.0,
+        log_path: str | Path | None = None,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        self.repository = Path(repository) if repository else default_repository()
+        self.urls = TritonUrls(host, http_port, grpc_port, metrics_port)
+        self.models = list(models) if models is not None else None
+        self.emulate_curve = emulate_curve
+        self.startup_timeout_s = startup_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self.extra_args = list(extra_args)
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._log_path = Path(log_path) if log_path else None
+        self._log_file: Any = None
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @classmethod
+    def on_free_ports(cls, repository: str | Path | None = None, **kwargs: Any) -> TritonServer:
+        ports = set()
+        while len(ports) < 3:
+            ports.add(free_port())
+        http_port, grpc_port, metrics_port = sorted(ports)
+        return cls(
+            repository,
+            http_port=http_port,
+            grpc_port=grpc_port,
+            metrics_port=metrics_port,
+            **kwargs,
+        )
+
+    # -- lifecycle ------------------------------------------------------------------
+    @property
+    def log_path(self) -> Path:
+        assert self._log_path is not None, "server not started"
+        return self._log_path
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def _check_inputs(self) -> list[str]:
+        repo = self.repository
+        if not repo.is_dir():
+            raise ConfigError(
+                f"{repo}: model repository not found (pass --repository DIR)", source=str(repo)
+            )
+        available = list_models(repo)
+        if not available:
+            raise ConfigError(f"{repo}: no models found (no */config.pbtxt)", source=str(repo))
+        models = self.models if self.models is not None else available
+        for name in models:
+            if name not in available:
+                raise ConfigError(
+                    f"{repo}: model {name!r} not found; the repository holds "
+                    f"{', '.join(available)}",
+                    source=str(repo),
+                )
+        for label, port in (
+            ("http", self.urls.http_port),
+            ("grpc", self.urls.grpc_port),
+            ("metrics", self.urls.metrics_port),
+        ):
+            if _port_taken(self.urls.host, port):
+                raise ServeError(
+                    f"{self.urls.host}:{port} ({label} port) is already in use; "
+                    f"pick another with --{label}-port"
+                )
+        return models
+
+    def start(self) -> TritonServer:
+        if self.running():
+            return self
+        models = self._check_inputs()
+        triton_root = _pytriton_dir()
+        if self._tmp is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="autobatch-triton-")
+        workdir = Path(self._tmp.name)
+        backends = _prepare_backends(triton_root, workdir)
+        if self._log_path is None:
+            self._log_path = workdir / "tritonserver.log"
+        emulate = self.emulate_curve is not None and EMULATOR_MODEL in models
+        startup_models = [m for m in models if not (emulate and m == EMULATOR_MODEL)]
+        cmd = [
+            str(triton_root / "bin" / "tritonserver"),
+            f"--model-repository={self.repository.resolve()}",
+            f"--backend-directory={backends}",
+            "--model-control-mode=explicit",
+            f"--http-address={self.urls.host}",
+            f"--http-port={self.urls.http_port}",
+            f"--grpc-address={self.urls.host}",
+            f"--grpc-port={self.urls.grpc_port}",
+            f"--metrics-address={self.urls.host}",
+            f"--metrics-port={self.urls.metrics_port}",
+            "--metrics-config=summary_latencies=true",
+            "--allow-gpu-metrics=false",
+            f"--exit-timeout-secs={max(1, int(self.stop_timeout_s) - 5)}",
+            "--log-verbose=0",
+        ]
+        cmd += [f"--load-model={m}" for m in startup_models]
+        cmd += self.extra_args
+        self._log_file = open(self._log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self._proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            env=_environment(),
+            start_new_session=True,
+        )
+        try:
+            self._wait_ready(startup_models)
+            if emulate:
+                self.load_emulator(self.emulate_curve)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_ready(self, models: Sequence[str]) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        with httpx.Client(base_url=self.urls.http, timeout=2.0) as client:
+            while True:
+                if self._proc is not None and self._proc.poll() is not None:
+                    raise ServeError(
+                        f"tritonserver exited with code {self._proc.returncode} during start-up: "
+                        f"{self.log_tail()}"
+                    )
+                with contextlib.suppress(httpx.HTTPError):
+                    if client.get("/v2/health/ready").status_code == 200 and all(
+                        client.get(f"/v2/models/{m}/ready").status_code == 200 for m in models
+                    ):
+                        return
+                if time.monotonic() > deadline:
+                    raise ServeError(
+                        f"tritonserver was not ready after {self.startup_timeout_s:.0f} s: "
+                        f"{self.log_tail()}"
+                    )
+                time.sleep(0.2)
+
+    def load_emulator(self, curve: Any) -> None:
+        """(Re)load the emulated accelerator with ``curve`` as its batch curve."""
+        from autobatch.profiles import parse_pbtxt
+
+        cfg_path = self.repository / EMULATOR_MODEL / "config.pbtxt"
+        config = parse_pbtxt(cfg_path.read_text(encoding="utf-8"), str(cfg_path))
+        params = dict(config.get("parameters") or {})
+        params["curve"] = {"string_value": json.dumps(curve.to_dict())}
+        config["parameters"] = params
+        body = {"parameters": {"config": json.dumps(config)}}
+        with httpx.Client(base_url=self.urls.http, timeout=120.0) as client:
+            r = client.post(f"/v2/repository/models/{EMULATOR_MODEL}/load", json=body)
+        if r.status_code != 200:
+            raise ServeError(f"loading {EMULATOR_MODEL} with the curve failed: {r.text}")
+
+    def log_tail(self, lines: int = 5) -> str:
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except (OSError, AssertionError):
+            return "(no log)"
+        tail = [ln.strip() for ln in text.splitlines() if ln.strip()][-lines:]
+        return " | ".join(tail) if tail else "(empty log)"
+
+    def stop(self) -> None:
+        """SIGTERM the server, wait, then SIGKILL whatever is left of its process group."""
+        proc = self._proc
+        if proc is not None:
+            pgid = proc.pid
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=self.stop_timeout_s)
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(pgid, signal.SIGKILL)
+                    proc.wait(timeout=10)
+            _reap_group(pgid)
+            self._proc = None
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+    def kill(self) -> None:
+        """SIGKILL the server and its stubs at once (a crash, for tests)."""
+        if self._proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            self._proc.wait(timeout=10)
+            _reap_group(self._proc.pid)
+            self._proc = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def close(self) -> None:
+        self.stop()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> TritonServer:
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live processes in a process group (read from /proc)."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # Fields after the parenthesised command: state ppid pgrp ...
+        fields = stat.rsplit(")", 1)[1].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(entry.name))
+    return members
+
+
+def _reap_group(pgid: int, timeout_s: float = 10.0) -> None:
+    """Make sure no stub outlives the server: kill the rest of its group and wait."""
+    deadline = time.monotonic() + timeout_s
+    while group_members(pgid):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+        if time.monotonic() > deadline:
+            raise ServeError(f"processes of tritonserver group {pgid} survived SIGKILL")
+        time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def serving(**kwargs: Any) -> Iterator[TritonServer]:
+    """``with serving(...) as server:`` on free ports, for tests and benchmarks."""
+    with TritonServer.on_free_ports(**kwargs) as server:
+        yield server
+
+
+def which_tritonserver() -> str | None:
+    try:
+        return str(_pytriton_dir() / "bin" / "tritonserver")
+    except ServeError:
+        return shutil.which("tritonserver")
