@@ -106,8 +106,10 @@ class Section:
         self._seen.add(key)
         if key not in self.data or self.data[key] is None:
             if default is MISSING:
+                unknown = [k for k in self.data if k not in self._seen and isinstance(k, str)]
+                hint = f" (unknown field here: {unknown[0]!r})" if unknown else ""
                 raise self.error(
-                    f"{self.source}: {self.field_path(key)}: required field is missing",
+                    f"{self.source}: {self.field_path(key)}: required field is missing{hint}",
                     source=self.source,
                     field=self.field_path(key),
                 )

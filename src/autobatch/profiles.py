@@ -345,7 +345,44 @@ def parse_pbtxt(text: str, source: str = "config.pbtxt") -> dict[str, Any]:
         text_format.Parse(text, msg)
     except text_format.ParseError as exc:
         raise ProfileError(f"{source}: not a valid model config: {exc}", source=source) from exc
-    return json_format.MessageToDict(msg, preserving_proto_field_name=True)
+    return _ints_as_numbers(json_format.MessageToDict(msg, preserving_proto_field_name=True), msg)
+
+
+def _ints_as_numbers(data: Any, msg: Any) -> Any:
+    """Proto JSON writes 64-bit integers as strings; Triton's own JSON uses numbers."""
+    from google.protobuf.descriptor import FieldDescriptor as F
+
+    wide = {F.TYPE_INT64, F.TYPE_UINT64, F.TYPE_SINT64, F.TYPE_FIXED64, F.TYPE_SFIXED64}
+
+    def repeated(fd: Any) -> bool:
+        flag = getattr(fd, "is_repeated", None)  # protobuf >= 6; .label is deprecated there
+        if flag is None:
+            return bool(fd.label == F.LABEL_REPEATED)
+        return bool(flag() if callable(flag) else flag)
+
+    for fd in msg.DESCRIPTOR.fields:
+        if fd.name not in data:
+            continue
+        value = data[fd.name]
+        if fd.message_type is not None and fd.message_type.GetOptions().map_entry:
+            value_fd = fd.message_type.fields_by_name["value"]
+            field_value = getattr(msg, fd.name)
+            for key in list(value):
+                item_key = int(key) if fd.message_type.fields_by_name["key"].type in wide else key
+                if value_fd.message_type is not None:
+                    _ints_as_numbers(value[key], field_value[item_key])
+                elif value_fd.type in wide:
+                    value[key] = int(value[key])
+        elif fd.message_type is not None:
+            items = getattr(msg, fd.name)
+            if repeated(fd):
+                for sub_dict, sub_msg in zip(value, items):
+                    _ints_as_numbers(sub_dict, sub_msg)
+            else:
+                _ints_as_numbers(value, items)
+        elif fd.type in wide:
+            data[fd.name] = [int(v) for v in value] if repeated(fd) else int(value)
+    return data
 
 
 def render_pbtxt(config: Mapping[str, Any], source: str = "config") -> str:

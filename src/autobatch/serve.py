@@ -110,7 +110,10 @@ def _port_taken(host: str, port: int) -> bool:
 
 
 def _pytriton_dir() -> Path:
-    spec = importlib.util.find_spec("pytriton")
+    try:
+        spec = importlib.util.find_spec("pytriton")
+    except ImportError:
+        spec = None
     if spec is None or not spec.submodule_search_locations:
         raise ServeError(
             "the embedded Triton needs the 'triton' extra: pip install 'autobatch[triton]' "

@@ -1,0 +1,189 @@
+"""Measure a model's batch curve on a running Triton, through Triton's own timers.
+
+For each batch size, one request carrying the whole batch is sent at a time;
+the compute time of that one execution is read back from
+``GET /v2/models/M/stats`` (``batch_stats[].compute_infer``), so the figure is
+the model's run time on the server, not a client round trip (which would hide
+a fast model behind client and network overhead). Warm-up runs are discarded;
+the point is the median of the repeats.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import numpy as np
+
+from autobatch.errors import ConfigError, TritonError
+from autobatch.plan.curve import BatchCurve
+
+__all__ = ["CurveMeasurement", "measure_curve", "model_config", "synth_inputs"]
+
+_NP_DTYPES = {
+    "TYPE_FP32": np.float32,
+    "TYPE_FP16": np.float16,
+    "TYPE_FP64": np.float64,
+    "TYPE_INT8": np.int8,
+    "TYPE_INT16": np.int16,
+    "TYPE_INT32": np.int32,
+    "TYPE_INT64": np.int64,
+    "TYPE_UINT8": np.uint8,
+    "TYPE_BOOL": np.bool_,
+}
+
+
+@dataclass(frozen=True)
+class CurveMeasurement:
+    curve: BatchCurve
+    samples_ms: dict[int, tuple[float, ...]]
+
+    def spread(self, batch_size: int) -> float:
+        """(max - min) / median of the repeats at one size: how noisy that point is."""
+        s = self.samples_ms[batch_size]
+        return (max(s) - min(s)) / statistics.median(s)
+
+
+def model_config(client: httpx.Client, model: str) -> dict[str, Any]:
+    try:
+        r = client.get(f"/v2/models/{model}/config")
+    except httpx.HTTPError as exc:
+        raise TritonError(f"cannot reach Triton at {client.base_url}: {exc}") from exc
+    if r.status_code != 200:
+        raise TritonError(f"model {model!r} on {client.base_url}: {_error_text(r)}")
+    return r.json()
+
+
+def synth_inputs(config: dict[str, Any], batch_size: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Deterministic inputs of the right names, dtypes and shapes for one batch."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for tensor in config.get("input", []):
+        dtype = _NP_DTYPES.get(tensor.get("data_type", ""))
+        if dtype is None:
+            raise ConfigError(
+                f"model {config.get('name')!r}: input {tensor.get('name')!r} has type "
+                f"{tensor.get('data_type')}, which autobatch cannot synthesise"
+            )
+        dims = [1 if int(d) < 0 else int(d) for d in tensor.get("dims", [])]
+        shape = [batch_size, *dims] if int(config.get("max_batch_size", 0)) > 0 else dims
+        out[tensor["name"]] = (rng.random(shape) * 2 - 1).astype(dtype)
+    return out
+
+
+def _error_text(r: httpx.Response) -> str:
+    try:
+        return str(r.json().get("error", r.text))
+    except ValueError:
+        return r.text.strip() or f"HTTP {r.status_code}"
+
+
+def _batch_counts(client: httpx.Client, model: str) -> dict[int, tuple[int, int]]:
+    r = client.get(f"/v2/models/{model}/stats")
+    if r.status_code != 200:
+        raise TritonError(f"stats of {model!r}: {_error_text(r)}")
+    rows = {}
+    for entry in r.json().get("model_stats", []):
+        for row in entry.get("batch_stats", []):
+            infer = row["compute_infer"]
+            rows[int(row["batch_size"])] = (int(infer["count"]), int(infer["ns"]))
+    return rows
+
+
+def measure_curve(
+    http_url: str,
+    model: str,
+    batch_sizes: Sequence[int],
+    *,
+    warmup: int = 3,
+    repeats: int = 10,
+    seed: int = 0,
+    timeout_s: float = 60.0,
+    client: httpx.Client | None = None,
+    on_step: Callable[[int, int], None] | None = None,
+) -> CurveMeasurement:
+    """Measure ``batch_sizes`` on ``model``; ``on_step(batch_size, done)`` after each run.
+
+    Keep other traffic off the model while measuring: a batch that merges with
+    another client's requests would be counted under a different size.
+    """
+    import tritonclient.http as th
+
+    if not batch_sizes or any(b < 1 for b in batch_sizes):
+        raise ConfigError(f"batch sizes = {list(batch_sizes)}: must be integers >= 1")
+    if repeats < 1 or warmup < 0:
+        raise ConfigError(f"repeats = {repeats}, warmup = {warmup}: need repeats >= 1, warmup >= 0")
+    url = http_url if "://" in http_url else f"http://{http_url}"
+    own = client is None
+    hc = client or httpx.Client(base_url=url, timeout=timeout_s)
+    try:
+        config = model_config(hc, model)
+        mbs = int(config.get("max_batch_size", 0))
+        if mbs < 1:
+            raise ConfigError(f"model {model!r} has max_batch_size 0: it does not batch")
+        too_big = [b for b in batch_sizes if b > mbs]
+        if too_big:
+            raise ConfigError(
+                f"batch sizes {too_big} exceed model {model!r}'s max_batch_size ({mbs})"
+            )
+        infer = th.InferenceServerClient(url.split("://", 1)[1], network_timeout=timeout_s)
+        samples: dict[int, tuple[float, ...]] = {}
+        for b in batch_sizes:
+            inputs = []
+            for name, arr in synth_inputs(config, b, seed).items():
+                tensor = th.InferInput(name, list(arr.shape), _triton_dtype(arr))
+                tensor.set_data_from_numpy(arr)
+                inputs.append(tensor)
+            runs: list[float] = []
+            for i in range(warmup + repeats):
+                before = _batch_counts(hc, model).get(b, (0, 0))
+                try:
+                    infer.infer(model, inputs)
+                except Exception as exc:  # tritonclient raises its own exception types
+                    raise TritonError(f"inference on {model!r} at batch {b} failed: {exc}") from exc
+                after = _wait_for_execution(hc, model, b, before[0])
+                dc, dns = after[0] - before[0], after[1] - before[1]
+                if i >= warmup:
+                    runs.append(dns / dc / 1e6)
+                if on_step:
+                    on_step(b, i + 1)
+            samples[b] = tuple(runs)
+        infer.close()
+    except httpx.HTTPError as exc:
+        raise TritonError(f"cannot reach Triton at {url}: {exc}") from exc
+    finally:
+        if own:
+            hc.close()
+    curve = BatchCurve(
+        points={b: statistics.median(s) for b, s in samples.items()},
+        name=f"{model}-measured",
+        meta={"source": f"autobatch measure, {url}, median of {repeats} after {warmup} warm-up"},
+    )
+    return CurveMeasurement(curve=curve, samples_ms=samples)
+
+
+def _wait_for_execution(
+    client: httpx.Client, model: str, batch_size: int, count_before: int, timeout_s: float = 10.0
+) -> tuple[int, int]:
+    """Stats are updated as the response completes; poll until this run shows up."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        row = _batch_counts(client, model).get(batch_size, (0, 0))
+        if row[0] > count_before:
+            return row
+        if time.monotonic() > deadline:
+            raise TritonError(
+                f"no execution of batch size {batch_size} recorded for {model!r}: another "
+                "client's requests may have merged with the measured ones"
+            )
+        time.sleep(0.001)
+
+
+def _triton_dtype(arr: np.ndarray) -> str:
+    from tritonclient.utils import np_to_triton_dtype
+
+    return str(np_to_triton_dtype(arr.dtype))

@@ -1,0 +1,122 @@
+"""Batch curves: loading, validation, interpolation flags (pure, table-driven)."""
+
+from __future__ import annotations
+
+import pytest
+
+from autobatch.errors import ConfigError
+from autobatch.plan.curve import BatchCurve, PointKind, curve_from_batch_stats, load_curve
+
+FP16 = {1: 9.82, 2: 20.36, 3: 32.71, 4: 46.15, 8: 103.77, 16: 221.25}
+
+
+@pytest.mark.parametrize(
+    ("batch", "ms", "kind"),
+    [
+        (1, 9.82, PointKind.MEASURED),
+        (4, 46.15, PointKind.MEASURED),
+        (6, (46.15 + 103.77) / 2, PointKind.INTERPOLATED),
+        (12, (103.77 + 221.25) / 2, PointKind.INTERPOLATED),
+        (32, 221.25 + (221.25 - 103.77) / 8 * 16, PointKind.EXTRAPOLATED),
+    ],
+)
+def test_estimate_flags_measured_interpolated_extrapolated(batch, ms, kind):
+    est = BatchCurve(FP16).estimate(batch)
+    assert est.ms == pytest.approx(ms)
+    assert est.kind is kind
+
+
+def test_single_point_extrapolates_without_gain():
+    curve = BatchCurve({3: 20.0})
+    assert curve.estimate(6).ms == pytest.approx(40.0)
+    assert curve.estimate(6).kind is PointKind.EXTRAPOLATED
+
+
+def test_extrapolation_can_be_refused():
+    with pytest.raises(ConfigError, match="outside the measured sizes"):
+        BatchCurve({1: 4.69, 4: 9.29}).ms(8, allow_extrapolation=False)
+
+
+@pytest.mark.parametrize(
+    ("name", "gain_at", "expect_gain"),
+    [
+        ("laptop-512x288-fp16.yaml", 4, False),
+        ("laptop-256x144-fp16.yaml", 4, True),
+        ("server-512x288-fp16.yaml", 3, True),
+    ],
+)
+def test_shared_curves_load_and_show_their_gain(curves_dir, name, gain_at, expect_gain):
+    curve = load_curve(curves_dir / name)
+    assert (curve.gain(gain_at) < 1.0) is expect_gain
+
+
+def test_best_batch_and_throughput():
+    curve = BatchCurve({1: 4.69, 4: 9.29})
+    assert curve.best_batch() == 4
+    assert curve.throughput_rps(4) == pytest.approx(4000 / 9.29)
+    assert BatchCurve(FP16).best_batch() == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("points: {}", "points = {}: must be a non-empty mapping"),
+        ("points: {0: 1.0}", "batch sizes must be integers >= 1"),
+        ("points: {x: 1.0}", "batch sizes must be integers >= 1"),
+        ("points: {1: -2}", "points[1] = -2.0: must be > 0"),
+        ("points: {1: 2}\nunit: hours", "unit = 'hours': must be one of ms, us, s"),
+        ("name: a", "points: required field is missing"),
+        ("[1, 2]", "(top level) = [1, 2]: must be a mapping"),
+    ],
+)
+def test_bad_curve_files_name_the_field(tmp_path, text, message):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_curve(path)
+    assert str(path) in str(info.value)
+    assert message in str(info.value)
+
+
+def test_units_are_converted_to_ms(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("unit: us\npoints: {1: 1500, 2: 2500}\n")
+    assert load_curve(path).points == {1: 1.5, 2: 2.5}
+
+
+def test_csv_round_trip(tmp_path):
+    path = tmp_path / "c.csv"
+    path.write_text("batch_size,ms\n1,4.0\n8,12.5\n")
+    assert load_curve(path).points == {1: 4.0, 8: 12.5}
+    bad = tmp_path / "bad.csv"
+    bad.write_text("batch_size,ms\n1,fast\n")
+    with pytest.raises(ConfigError, match="row 1: ms = 'fast'"):
+        load_curve(bad)
+
+
+def test_yaml_round_trip(tmp_path):
+    curve = BatchCurve(FP16, name="fp16", meta={"device": "laptop"})
+    path = tmp_path / "c.yaml"
+    path.write_text(curve.to_yaml())
+    again = load_curve(path)
+    assert again.points == curve.points
+    assert again.meta["device"] == "laptop"
+
+
+def _stats(rows):
+    return [
+        {"batch_size": b, "compute_infer": {"count": c, "ns": ns}} for b, (c, ns) in rows.items()
+    ]
+
+
+def test_curve_from_batch_stats_uses_the_delta():
+    before = _stats({1: (10, 50_000_000), 4: (2, 20_000_000)})
+    after = _stats({1: (20, 100_000_000), 4: (2, 20_000_000), 8: (5, 75_000_000)})
+    curve = curve_from_batch_stats(after, before)
+    assert curve is not None
+    assert curve.points == {1: 5.0, 8: 15.0}  # batch 4 did not run in between
+
+
+def test_curve_from_batch_stats_none_without_traffic():
+    rows = _stats({1: (10, 50_000_000)})
+    assert curve_from_batch_stats(rows, rows) is None
