@@ -1,0 +1,60 @@
+"""The actuator contract: make a profile live, say how it went.
+
+An actuator moves one model (or one gateway) to a batching profile. It holds no
+policy: the controller decides *which* profile, the actuator only applies it,
+verifies it and, when that fails, puts the last good profile back.
+
+``apply`` is idempotent (applying the live profile again is cheap or a no-op)
+and does not raise for failures the controller must survive — an unreachable
+server, a refused config, a failed verification: those come back as an
+``ActuationResult`` with ``ok=False`` and a machine ``reason``. It raises
+``ActuationError`` only when it cannot even describe what happened.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from autobatch.profiles import Profile
+
+__all__ = ["ActuationResult", "Actuator"]
+
+
+@dataclass(frozen=True)
+class ActuationResult:
+    profile: str
+    """The profile that was asked for."""
+    ok: bool
+    """True when the asked-for profile is live and verified."""
+    duration_s: float
+    """Wall time of the whole step, including verification and any rollback."""
+    reason: str = "applied"
+    """Machine reason: applied | unchanged | rejected | unreachable | verify_failed | invalid | dry_run | ..."""
+    message: str = ""
+    """One human sentence."""
+    active: str | None = None
+    """The profile live after the step (the old one after a rollback, None if unknown)."""
+    rolled_back: bool = False
+    """True when a failure made the actuator re-apply the last good profile."""
+
+
+@runtime_checkable
+class Actuator(Protocol):
+    name: str
+    """Short kind, used as a metric label: 'triton', 'gateway', 'dry-run'."""
+
+    async def apply(self, profile: Profile) -> ActuationResult:
+        """Make ``profile`` live, verify it, roll back on failure."""
+        ...
+
+    async def live_profile(self) -> str | None:
+        """Which profile is live right now, read from the server/gateway (None if unknown).
+
+        The controller compares it with the profile it wants to notice drift, e.g.
+        a Triton restart that dropped a config override.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        ...
