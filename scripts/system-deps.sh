@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Debian packages the integration tests run for real. Installed only if missing.
+# Debian packages the integration tests run for real (scripts/apt-packages.txt,
+# one per line). Installed only if missing.
 set -euo pipefail
+cd "$(dirname "$0")"
 need=()
-for pkg in ${AUTOBATCH_APT_PACKAGES:-}; do
+while read -r pkg _; do
+  case "$pkg" in ''|\#*) continue ;; esac
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
-done
+done < apt-packages.txt
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   echo "system-deps: installing ${need[*]}"
