@@ -171,14 +171,6 @@ class Profile:
                         f"model {model!r}: {_io_signature(base.get(key, []))} vs "
                         f"{_io_signature(live.get(key, []))}"
                     )
-        groups = live.get("instance_group") or []
-        if self.instance_kind and groups:
-            live_kinds = {g.get("kind") for g in groups}
-            if self.instance_kind == "KIND_GPU" and live_kinds == {"KIND_CPU"}:
-                raise ProfileError(
-                    f"{self.source}: instance_group.kind = 'KIND_GPU': the live model "
-                    f"{model!r} runs on KIND_CPU; leave kind unset to keep the live one"
-                )
 
     # -- rendering ----------------------------------------------------------------------
     def dynamic_batching(self) -> dict[str, Any]:

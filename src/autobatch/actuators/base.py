@@ -56,5 +56,15 @@ class Actuator(Protocol):
         """
         ...
 
+    async def reconcile(self, profile: Profile) -> ActuationResult | None:
+        """Make sure ``profile`` is still live; re-apply it if the target drifted.
+
+        Called by the controller on every tick with the profile it wants. A
+        Triton restart drops a config override (the repository's config is back),
+        so the reload actuator notices that here and re-applies. Returns None when
+        nothing needed doing.
+        """
+        ...
+
     async def aclose(self) -> None:
         ...
