@@ -18,6 +18,7 @@ torch is imported lazily: this module is importable without it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import time
@@ -139,10 +140,8 @@ class _TorchModel(_BatchModel):
 
         threads = int(_param(args, "torch_threads", "1") or 1)
         torch.set_num_threads(threads)
-        try:
+        with contextlib.suppress(RuntimeError):  # already set in this process
             torch.set_num_interop_threads(1)
-        except RuntimeError:
-            pass  # already set in this process
         self.net = type(self).builder()
         self.torch = torch
         # Warm up at the largest batch first: once glibc has seen (and freed) the big

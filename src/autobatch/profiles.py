@@ -260,7 +260,9 @@ def profile_from_mapping(data: Any, source: str, model: str | None = None) -> Pr
     delay = db.int("max_queue_delay_microseconds", 0, min=0)
     levels = db.int("priority_levels", 0, min=0)
     default_level = db.int("default_priority_level", 0, min=0)
-    dqp = _queue_policy(db.section("default_queue_policy")) if db.has("default_queue_policy") else None
+    dqp = None
+    if db.has("default_queue_policy"):
+        dqp = _queue_policy(db.section("default_queue_policy"))
     pqp: dict[int, QueuePolicy] = {}
     if db.has("priority_queue_policy"):
         raw = db.section("priority_queue_policy")

@@ -30,7 +30,7 @@ class ActuationResult:
     duration_s: float
     """Wall time of the whole step, including verification and any rollback."""
     reason: str = "applied"
-    """Machine reason: applied | unchanged | rejected | unreachable | verify_failed | invalid | dry_run | ..."""
+    """Machine reason: applied, unchanged, rejected, unreachable, verify_failed, invalid, dry_run..."""
     message: str = ""
     """One human sentence."""
     active: str | None = None

@@ -1,0 +1,23 @@
+"""The policy: which profile should be live, and why. Pure: no clock, no I/O, no logging."""
+
+from autobatch.policy.core import (
+    Action,
+    Decision,
+    Observation,
+    PolicySettings,
+    Reason,
+    State,
+    capacity_rps,
+    decide,
+)
+
+__all__ = [
+    "Action",
+    "Decision",
+    "Observation",
+    "PolicySettings",
+    "Reason",
+    "State",
+    "capacity_rps",
+    "decide",
+]

@@ -1,0 +1,280 @@
+"""The default policy, as tables: one window in, one decision out; then scenarios."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from autobatch.plan.curve import BatchCurve
+from autobatch.policy import Action, PolicySettings, Reason, State, capacity_rps, decide
+from autobatch.profiles import Profile
+from autobatch.signals import Window
+
+LS = Profile("latency-soft", 32, (2, 4, 8), 1000)
+BAL = Profile("balanced", 32, (8, 16), 5000)
+AGG = Profile("aggressive", 32, (16, 32), 20000)
+LADDER = (LS, BAL, AGG)
+
+# Shapes of the two example torch models on this CPU (ms per batch).
+GAINS = BatchCurve({1: 7.0, 2: 14.0, 4: 13.0, 8: 15.0, 16: 20.0, 32: 30.0})
+NO_GAIN = BatchCurve({1: 2.5, 2: 5.0, 4: 27.0, 8: 48.0, 16: 117.0, 32: 320.0})
+
+
+def settings(**kw) -> PolicySettings:
+    base = dict(
+        ladder=LADDER, slo_p95_ms=50.0, confirmations=1, min_dwell_s=0.0,
+        stabilization_s=0.0, curve=GAINS,
+    )
+    base.update(kw)
+    return PolicySettings(**base)
+
+
+def win(end: float = 100.0, **kw) -> Window:
+    """A calm 2-s window: 20 req/s, batches of 1, short queue, p95 well inside the SLO."""
+    base = dict(
+        model="m", start_s=end - 2.0, end_s=end, success_rps=20.0, inference_rps=20.0,
+        exec_rps=20.0, mean_batch_size=1.0, mean_queue_ms=0.2, mean_compute_ms=7.0,
+        pending_requests=0.0, pending_delta=0.0, p95_ms=10.0, p99_ms=12.0,
+    )
+    base.update(kw)
+    return Window(**base)
+
+
+SATURATED = dict(inference_rps=520.0, mean_batch_size=8.0, mean_queue_ms=80.0,
+                 pending_requests=60.0, pending_delta=40.0, p95_ms=140.0)
+SELF_WAIT = dict(inference_rps=20.0, mean_batch_size=1.2, mean_queue_ms=19.0, p95_ms=30.0)
+
+
+@pytest.mark.parametrize(
+    ("name", "active", "window", "state_kw", "settings_kw", "action", "target", "reason"),
+    [
+        ("no data", "latency-soft", None, {}, {}, Action.HOLD, "latency-soft", Reason.NO_DATA),
+        ("stale window", "balanced", win(stale=True, stale_reason="counter_reset"), {}, {},
+         Action.HOLD, "balanced", Reason.STALE),
+        ("old window", "balanced", win(end=50.0), {}, {}, Action.HOLD, "balanced", Reason.STALE),
+        ("same window twice", "balanced", win(), {"last_window_end_s": 100.0}, {},
+         Action.HOLD, "balanced", Reason.NO_DATA),
+        ("window straddles the switch", "balanced", win(), {"last_switch_s": 99.0}, {},
+         Action.HOLD, "balanced", Reason.SETTLING),
+        ("calm at latency-soft", "latency-soft", win(), {}, {},
+         Action.HOLD, "latency-soft", Reason.STEADY),
+        # saturation: jump to the highest-capacity profile when the curve shows a gain
+        ("saturated, batching gains", "latency-soft", win(**SATURATED), {}, {},
+         Action.SWITCH, "aggressive", Reason.SATURATION),
+        # ... and where backing off (the reference loop's answer to p95 > SLO) would be
+        # wrong: already at the highest capacity, hold and say so
+        ("saturated at the top", "aggressive", win(**SATURATED), {}, {},
+         Action.HOLD, "aggressive", Reason.SATURATED),
+        ("saturated, batching loses", "latency-soft", win(**SATURATED), {}, {"curve": NO_GAIN},
+         Action.HOLD, "latency-soft", Reason.SATURATED),
+        ("saturated at aggressive, batching loses: smaller batches carry more", "aggressive",
+         win(**SATURATED), {}, {"curve": NO_GAIN}, Action.SWITCH, "latency-soft", Reason.SATURATION),
+        ("saturated, no curve at all", "latency-soft", win(**SATURATED), {}, {"curve": None},
+         Action.HOLD, "latency-soft", Reason.SATURATED),
+        ("saturated, the live curve is enough", "latency-soft",
+         win(**SATURATED, batch_curve_ms={8: 15.0, 32: 30.0}), {}, {"curve": None},
+         Action.SWITCH, "aggressive", Reason.SATURATION),
+        ("long queue but backlog not growing is not saturation", "latency-soft",
+         win(**dict(SATURATED, pending_delta=0.0, pending_requests=2.0)), {}, {},
+         Action.HOLD, "latency-soft", Reason.AT_LIMIT),
+        # self-inflicted waiting: step toward latency if the lower profile carries the load
+        ("self-inflicted wait", "aggressive", win(**SELF_WAIT), {}, {},
+         Action.SWITCH, "balanced", Reason.SELF_INFLICTED_WAIT),
+        ("self-inflicted wait, lower cannot carry", "aggressive",
+         win(**dict(SELF_WAIT, inference_rps=700.0)), {}, {},
+         Action.HOLD, "aggressive", Reason.CAPACITY),
+        ("waiting at latency-soft already", "latency-soft",
+         win(mean_queue_ms=0.9, mean_batch_size=1.0), {}, {},
+         Action.HOLD, "latency-soft", Reason.STEADY),
+        ("batches fill the preferred size: not self-inflicted", "aggressive",
+         win(**dict(SELF_WAIT, mean_batch_size=16.0, inference_rps=600.0)), {}, {},
+         Action.HOLD, "aggressive", Reason.STEADY),
+        # failures count as a breach
+        ("rejections", "balanced", win(failure_rps={"REJECTED": 3.0}), {}, {},
+         Action.SWITCH, "latency-soft", Reason.FAILURES),
+        ("rejections at the bottom", "latency-soft", win(failure_rps={"REJECTED": 3.0}), {}, {},
+         Action.HOLD, "latency-soft", Reason.AT_LIMIT),
+        ("backend errors are not a batching problem", "balanced",
+         win(failure_rps={"BACKEND": 3.0}), {}, {}, Action.HOLD, "balanced", Reason.STEADY),
+        # the p95 rules
+        ("p95 over the SLO, not saturated", "aggressive", win(p95_ms=70.0, mean_queue_ms=2.0), {},
+         {}, Action.SWITCH, "balanced", Reason.SLO_BREACH),
+        ("p99 over its SLO", "aggressive", win(p99_ms=90.0, mean_queue_ms=2.0), {},
+         {"slo_p99_ms": 80.0}, Action.SWITCH, "balanced", Reason.SLO_BREACH),
+        ("p95 over the SLO but the summary still holds the old profile", "aggressive",
+         win(p95_ms=70.0, mean_queue_ms=2.0), {"last_switch_s": 60.0}, {},
+         Action.HOLD, "aggressive", Reason.STEADY),
+        ("headroom and busy batches: batch harder", "latency-soft",
+         win(inference_rps=450.0, mean_batch_size=7.0, mean_queue_ms=3.0, p95_ms=20.0), {}, {},
+         Action.SWITCH, "balanced", Reason.HEADROOM),
+        ("headroom, arrivals fill the next batches", "balanced",
+         win(inference_rps=900.0, mean_batch_size=6.0, mean_queue_ms=2.0, p95_ms=20.0), {}, {},
+         Action.SWITCH, "aggressive", Reason.HEADROOM),
+        ("headroom but the device is busy", "latency-soft",
+         win(inference_rps=450.0, mean_batch_size=7.0, p95_ms=20.0, utilization=0.9), {}, {},
+         Action.HOLD, "latency-soft", Reason.STEADY),
+        ("headroom at low load: the next wait would be self-inflicted", "latency-soft",
+         win(p95_ms=10.0), {}, {}, Action.HOLD, "latency-soft", Reason.STEADY),
+        ("headroom at the last profile", "aggressive",
+         win(inference_rps=900.0, mean_batch_size=20.0, mean_queue_ms=5.0, p95_ms=20.0), {}, {},
+         Action.HOLD, "aggressive", Reason.STEADY),
+        # the manual pin overrides everything
+        ("pin switches at once", "latency-soft", win(**SATURATED),
+         {"pin": "balanced", "last_switch_s": 99.5}, {"min_dwell_s": 60.0},
+         Action.SWITCH, "balanced", Reason.PIN),
+        ("pinned holds", "balanced", win(**SATURATED), {"pin": "balanced"}, {},
+         Action.HOLD, "balanced", Reason.PINNED),
+    ],
+)
+def test_one_window(name, active, window, state_kw, settings_kw, action, target, reason):
+    state = replace(State.initial(active), **state_kw)
+    history = [window] if window is not None else []
+    decision, _ = decide(history, state, settings(**settings_kw), now=101.0)
+    assert (decision.action, decision.target, decision.reason) == (action, target, reason), (
+        decision.message
+    )
+    assert decision.message
+    assert decision.current == active
+
+
+@pytest.mark.parametrize(
+    ("profile", "curve", "expected"),
+    [
+        (LS, GAINS, 8 * 1000 / 15.0),
+        (AGG, GAINS, 32 * 1000 / 30.0),
+        (AGG, NO_GAIN, 32 * 1000 / 320.0),
+        (replace(AGG, instance_count=2), GAINS, 2 * 32 * 1000 / 30.0),
+        (Profile("empty-preferred", 16, (), 0), GAINS, 16 * 1000 / 20.0),
+        (LS, None, None),
+    ],
+)
+def test_capacity_is_the_largest_preferred_batch_over_its_time(profile, curve, expected):
+    got = capacity_rps(profile, curve)
+    assert got == (pytest.approx(expected) if expected is not None else None)
+
+
+def run(windows, state, s, interval=2.0, start=100.0, apply=True):
+    """Feed windows one per interval; apply every switch like the controller does."""
+    decisions = []
+    for i, w in enumerate(windows):
+        now = start + i * interval
+        w = replace(w, start_s=now - interval, end_s=now)
+        d, state = decide([w], state, s, now)
+        if d.switch and apply:
+            state = state.switched(d.target, now)
+        decisions.append(d)
+    return decisions, state
+
+
+def test_confirmations_needed_before_a_switch():
+    s = settings(confirmations=3)
+    decisions, state = run([win(**SATURATED)] * 3, State.initial("latency-soft"), s)
+    assert [d.reason for d in decisions] == [Reason.CONFIRMING, Reason.CONFIRMING, Reason.SATURATION]
+    assert state.active == "aggressive"
+
+
+def test_an_interrupted_streak_starts_over():
+    s = settings(confirmations=3)
+    windows = [win(**SATURATED), win(**SATURATED), win(), win(**SATURATED), win(**SATURATED)]
+    decisions, state = run(windows, State.initial("latency-soft"), s)
+    assert all(not d.switch for d in decisions)
+    assert decisions[-1].reason is Reason.CONFIRMING
+
+
+def test_dwell_holds_then_lets_the_switch_through():
+    s = settings(min_dwell_s=20.0)
+    state = replace(State.initial("aggressive"), last_switch_s=95.0)
+    decisions, state = run([win(**SELF_WAIT)] * 12, state, s)
+    reasons = [d.reason for d in decisions]
+    first_switch = next(i for i, d in enumerate(decisions) if d.switch)
+    assert set(reasons[:first_switch]) == {Reason.DWELL}
+    assert 100.0 + 2.0 * first_switch >= 95.0 + 20.0
+    assert decisions[first_switch].reason is Reason.SELF_INFLICTED_WAIT
+
+
+def test_stabilization_vetoes_a_step_down_right_after_high_load():
+    s = settings(stabilization_s=10.0)
+    busy = win(inference_rps=900.0, mean_batch_size=20.0, mean_queue_ms=5.0, p95_ms=20.0)
+    windows = [busy, busy] + [win(**SELF_WAIT)] * 8
+    decisions, _ = run(windows, State.initial("aggressive"), s)
+    reasons = [d.reason for d in decisions]
+    assert reasons[2] is Reason.STABILIZING
+    first_switch = next(i for i, d in enumerate(decisions) if d.switch)
+    # the last "stay" came at index 1 (t=102); the veto lasts 10 s
+    assert 100.0 + 2.0 * first_switch > 102.0 + 10.0
+
+
+def test_p95_rules_wait_for_the_summary_to_forget_the_old_profile():
+    s = settings(p95_settle_s=60.0)
+    busy = win(inference_rps=450.0, mean_batch_size=7.0, mean_queue_ms=3.0, p95_ms=20.0)
+    state = replace(State.initial("latency-soft"), last_switch_s=90.0)
+    decisions, _ = run([busy] * 40, state, s)
+    first_switch = next(i for i, d in enumerate(decisions) if d.switch)
+    window_start = 100.0 + 2.0 * first_switch - 2.0
+    assert window_start >= 90.0 + 60.0
+    assert decisions[first_switch].reason is Reason.HEADROOM
+
+
+def test_oscillating_load_switches_at_most_once_per_dwell():
+    """Load flipping at the threshold every window: hysteresis, not flapping."""
+    s = settings(confirmations=2, min_dwell_s=30.0, stabilization_s=10.0)
+    windows = [win(**SATURATED) if i % 2 else win(**SELF_WAIT) for i in range(300)]
+    # ... and in runs of three, which beat the confirmations
+    windows += [win(**SATURATED) if (i // 3) % 2 else win(**SELF_WAIT) for i in range(300)]
+    decisions, _ = run(windows, State.initial("latency-soft"), s)
+    switch_times = [d.at_s for d in decisions if d.switch]
+    assert switch_times, "a sustained overload must still move the profile"
+    gaps = [b - a for a, b in zip(switch_times, switch_times[1:])]
+    assert all(g >= 30.0 for g in gaps), gaps
+
+
+def test_step_load_goes_up_and_comes_back_down():
+    s = settings(confirmations=2, min_dwell_s=10.0, stabilization_s=6.0)
+    low_at_agg = win(**SELF_WAIT)
+    windows = [win()] * 5 + [win(**SATURATED)] * 5 + [low_at_agg] * 30
+    decisions, state = run(windows, State.initial("latency-soft"), s)
+    path = [(d.current, d.target, d.reason) for d in decisions if d.switch]
+    assert path[0] == ("latency-soft", "aggressive", Reason.SATURATION)
+    assert path[-1][1] == "latency-soft"
+    assert {r for *_, r in path[1:]} == {Reason.SELF_INFLICTED_WAIT}
+    assert state.active == "latency-soft"
+
+
+def test_failed_switch_dwells_and_keeps_the_old_profile():
+    s = settings(min_dwell_s=20.0)
+    d, state = decide([win(**SATURATED)], State.initial("latency-soft"), s, 101.0)
+    assert d.switch
+    state = state.switch_failed("latency-soft", 101.0)
+    d2, _ = decide([win(end=106.0, **SATURATED)], state, s, 106.0)
+    assert (d2.action, d2.reason, d2.current) == (Action.HOLD, Reason.DWELL, "latency-soft")
+
+
+def test_decide_is_deterministic_and_does_not_mutate():
+    s = settings()
+    state = State.initial("latency-soft")
+    history = [win(**SATURATED)]
+    a = decide(history, state, s, 101.0)
+    b = decide(history, state, s, 101.0)
+    assert a == b
+    assert state == State.initial("latency-soft")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"ladder": (LS,)}, "at least two"),
+        ({"ladder": (LS, LS)}, "unique"),
+        ({"confirmations": 0}, "confirmations"),
+    ],
+)
+def test_settings_are_validated(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        settings(**kwargs)
+
+
+def test_decision_serialises_for_logs():
+    d, _ = decide([win(**SATURATED)], State.initial("latency-soft"), settings(), 101.0)
+    data = d.to_dict()
+    assert data["reason"] == "saturation" and data["action"] == "switch"
+    assert data["signals"]["demand_rps"] == pytest.approx(520.0 + 40.0 / 2.0)
