@@ -228,7 +228,10 @@ class Profile:
 
     def summary(self) -> str:
         pref = ",".join(map(str, self.preferred_batch_size)) or f"[{self.max_batch_size}]"
-        return f"{self.name} (max {self.max_batch_size}, preferred {pref}, delay {self.max_queue_delay_us} us)"
+        return (
+            f"{self.name} (max {self.max_batch_size}, preferred {pref}, "
+            f"delay {self.max_queue_delay_us} us)"
+        )
 
     @property
     def effective_preferred(self) -> tuple[int, ...]:
