@@ -67,6 +67,8 @@ def test_shipped_profiles_load_and_include_the_ladder_ends(model):
         (GOOD + "instance_group: {kind: KIND_TPU}\n", "instance_group.kind = 'KIND_TPU': must be one of"),
         (GOOD + "  max_queue_delay: 5\n", "dynamic_batching.max_queue_delay = 5: unknown field"),
         (GOOD.replace("name: p\n", ""), "name: required field is missing"),
+        (GOOD.replace("dynamic_batching:", "dynamic_batchin:"),
+         "dynamic_batching: required field is missing (found 'dynamic_batchin': a typo?)"),
         ("name: [p\n", "not valid YAML (line 2, column 1)"),
     ],
 )

@@ -13,6 +13,7 @@ The only I/O here is reading the file.
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -106,8 +107,9 @@ class Section:
         self._seen.add(key)
         if key not in self.data or self.data[key] is None:
             if default is MISSING:
-                unknown = [k for k in self.data if k not in self._seen and isinstance(k, str)]
-                hint = f" (unknown field here: {unknown[0]!r})" if unknown else ""
+                unread = [k for k in self.data if k not in self._seen and isinstance(k, str)]
+                close = difflib.get_close_matches(key, unread, n=1, cutoff=0.75)
+                hint = f" (found {close[0]!r}: a typo?)" if close else ""
                 raise self.error(
                     f"{self.source}: {self.field_path(key)}: required field is missing{hint}",
                     source=self.source,

@@ -1,0 +1,1 @@
+"""The sidecar: the control loop, its HTTP endpoints, its own metrics and decision log."""

@@ -1,0 +1,277 @@
+"""The sidecar's YAML config, read into frozen typed settings.
+
+Paths inside the file (profiles, curve, token, decision log, repository) are
+relative to the file itself, so a config and its profiles travel together.
+Every bad value is one line naming the file, the field path, the value and
+what is allowed (``ConfigError``, exit code 2), before anything starts::
+
+    model: dense_mlp
+    triton:
+      http_url: http://127.0.0.1:8000
+      metrics_url: http://127.0.0.1:8002/metrics
+    profiles:
+      dir: ../profiles/dense_mlp
+      ladder: [latency-soft, balanced, aggressive]   # most latency-oriented first
+    slo: {p95_ms: 40}
+    policy: {interval_s: 2, confirmations: 3, min_dwell_s: 20}
+    signals: {source: triton}                      # or prometheus, see below
+    actuator: {kind: triton}                       # triton | dry-run | gateway
+    server: {listen: 127.0.0.1:9400, token_file: token}
+    decision_log: decisions.jsonl
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autobatch.config import Section, load_yaml
+from autobatch.errors import ConfigError
+from autobatch.plan.curve import BatchCurve, load_curve
+from autobatch.policy import PolicySettings
+from autobatch.profiles import Profile, load_profiles
+
+__all__ = ["SidecarConfig", "load_sidecar_config", "sidecar_config_from_mapping"]
+
+
+@dataclass(frozen=True)
+class TritonEndpoints:
+    http_url: str
+    """Triton's HTTP endpoint: config, stats, the repository (load) API."""
+    metrics_url: str
+    """Triton's Prometheus endpoint (the metrics port)."""
+
+
+@dataclass(frozen=True)
+class SignalSettings:
+    source: str = "triton"
+    """``triton`` (scrape this Triton) or ``prometheus`` (PromQL, fleet-wide)."""
+    prometheus_url: str | None = None
+    """Prometheus base URL for ``source: prometheus``."""
+    selector: Mapping[str, str] = field(default_factory=dict)
+    """Extra label matchers for the PromQL queries, e.g. ``{job: triton}``."""
+    range_s: float | None = None
+    """PromQL range for rate(); default: the policy's interval x 2, at least 4 scrape intervals."""
+    utilization: str = "auto"
+    """``auto`` (nv_gpu_utilization if present), ``triton``, ``dcgm`` or ``none``."""
+    dcgm_url: str | None = None
+    """dcgm-exporter's /metrics URL, for ``utilization: dcgm``."""
+    timeout_s: float = 2.0
+    """Per-scrape timeout."""
+
+
+@dataclass(frozen=True)
+class ActuatorSettings:
+    kind: str = "triton"
+    """``triton`` (reload with a config override), ``dry-run`` (log only) or ``gateway``."""
+    mode: str = "override"
+    """Triton actuator: ``override`` (load API only) or ``file`` (also write config.pbtxt)."""
+    repository: Path | None = None
+    """Model repository for ``mode: file``."""
+    timeout_s: float = 120.0
+    """How long one load may take before it counts as failed."""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """Kind-specific settings (the gateway's backend, servers, socket, steps, ...)."""
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    host: str = "127.0.0.1"
+    port: int = 9400
+    token_file: Path | None = None
+    """File holding the bearer token for ``POST /profile``; without it pinning is refused."""
+
+
+@dataclass(frozen=True)
+class SidecarConfig:
+    source: str
+    model: str
+    triton: TritonEndpoints
+    profiles: tuple[Profile, ...]
+    policy: PolicySettings
+    interval_s: float
+    history_windows: int
+    initial_profile: str | None
+    signals: SignalSettings
+    actuator: ActuatorSettings
+    server: ServerSettings
+    decision_log: Path | None
+
+    def profile(self, name: str) -> Profile:
+        for p in self.profiles:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+
+def _path(base: Path, value: str | None) -> Path | None:
+    if value is None:
+        return None
+    p = Path(value).expanduser()
+    return p if p.is_absolute() else (base / p)
+
+
+def _url(sec: Section, key: str, default: Any = None) -> Any:
+    v = sec.str(key, default)
+    if v is not None and not (v.startswith("http://") or v.startswith("https://")):
+        raise sec.fail(key, v, "must be an http:// or https:// URL")
+    return v.rstrip("/") if v else v
+
+
+def load_sidecar_config(path: str | Path) -> SidecarConfig:
+    p = Path(path)
+    return sidecar_config_from_mapping(load_yaml(p), str(p), base=p.resolve().parent)
+
+
+def sidecar_config_from_mapping(data: Any, source: str, base: Path) -> SidecarConfig:
+    top = Section(source, data)
+    model = top.str("model")
+
+    tsec = top.section("triton", {})
+    triton = TritonEndpoints(
+        http_url=_url(tsec, "http_url", "http://127.0.0.1:8000"),
+        metrics_url=_url(tsec, "metrics_url", "http://127.0.0.1:8002/metrics"),
+    )
+    tsec.done()
+
+    psec = top.section("profiles")
+    pdir = _path(base, psec.str("dir"))
+    assert pdir is not None
+    if not pdir.is_dir():
+        raise psec.fail("dir", psec.data.get("dir"), f"profile directory {pdir} not found")
+    available = load_profiles(pdir)
+    names = psec.raw("ladder")
+    if not isinstance(names, list) or len(names) < 2:
+        raise psec.fail("ladder", names, "must list two or more profile names, most latency-oriented first")
+    ladder = []
+    for i, name in enumerate(names):
+        if name not in available:
+            raise psec.fail(
+                f"ladder[{i}]", name, f"no such profile in {pdir} (found: {', '.join(sorted(available))})"
+            )
+        if name in [q.name for q in ladder]:
+            raise psec.fail(f"ladder[{i}]", name, "is listed twice")
+        ladder.append(available[name])
+    for prof in ladder:
+        if prof.model and prof.model != model and pdir.name == prof.model:
+            raise psec.fail("dir", str(pdir), f"holds profiles of model {prof.model!r}, not {model!r}")
+    initial = psec.str("initial", None)
+    if initial is not None and initial not in names:
+        raise psec.fail("initial", initial, f"must be one of the ladder: {', '.join(names)}")
+    psec.done()
+
+    ssec = top.section("slo")
+    slo_p95 = ssec.float("p95_ms", min=0.0, min_exclusive=True)
+    slo_p99 = ssec.float("p99_ms", None, min=0.0, min_exclusive=True)
+    ssec.done()
+
+    pol = top.section("policy", {})
+    interval_s = pol.float("interval_s", 2.0, min=0.05)
+    history = pol.int("history_windows", 30, min=1)
+    curve: BatchCurve | None = None
+    curve_path = pol.str("curve", None)
+    if curve_path is not None:
+        cp = _path(base, curve_path)
+        assert cp is not None
+        curve = load_curve(cp)
+    defaults = PolicySettings.__dataclass_fields__
+    kwargs: dict[str, Any] = {}
+    for key in (
+        "headroom", "util_ceiling", "min_dwell_s", "settle_s", "p95_settle_s", "stabilization_s",
+        "max_window_age_s", "near_delay_ratio", "saturation_delay_ratio", "saturation_min_queue_ms",
+        "capacity_margin", "min_gain", "failure_rps_threshold",
+    ):
+        kwargs[key] = pol.float(key, defaults[key].default, min=0.0)
+    for key in ("headroom", "util_ceiling"):
+        if kwargs[key] > 1.0:
+            raise pol.fail(key, kwargs[key], "must be a fraction in [0, 1]")
+    kwargs["confirmations"] = pol.int("confirmations", defaults["confirmations"].default, min=1)
+    reasons = pol.raw("failure_reasons", list(defaults["failure_reasons"].default))
+    if not isinstance(reasons, list) or not all(isinstance(r, str) for r in reasons):
+        raise pol.fail("failure_reasons", reasons, "must be a list of Triton failure reasons")
+    kwargs["failure_reasons"] = tuple(reasons)
+    pol.done()
+    policy = PolicySettings(
+        ladder=tuple(ladder), slo_p95_ms=slo_p95, slo_p99_ms=slo_p99, curve=curve, **kwargs
+    )
+
+    sig = top.section("signals", {})
+    selector = sig.raw("selector", {})
+    if not isinstance(selector, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in selector.items()
+    ):
+        raise sig.fail("selector", selector, "must map label names to string values")
+    signals = SignalSettings(
+        source=sig.str("source", "triton", choices=("triton", "prometheus")),
+        prometheus_url=_url(sig, "prometheus_url", None),
+        selector=dict(selector),
+        range_s=sig.float("range_s", None, min=0.0, min_exclusive=True),
+        utilization=sig.str("utilization", "auto", choices=("auto", "triton", "dcgm", "none")),
+        dcgm_url=_url(sig, "dcgm_url", None),
+        timeout_s=sig.float("timeout_s", 2.0, min=0.0, min_exclusive=True),
+    )
+    if signals.source == "prometheus" and not signals.prometheus_url:
+        raise sig.fail("prometheus_url", None, "is required when source is prometheus")
+    if signals.utilization == "dcgm" and not signals.dcgm_url:
+        raise sig.fail("dcgm_url", None, "is required when utilization is dcgm")
+    sig.done()
+
+    act = top.section("actuator", {})
+    kind = act.str("kind", "triton", choices=("triton", "dry-run", "gateway"))
+    mode = act.str("mode", "override", choices=("override", "file"))
+    repo = _path(base, act.str("repository", None))
+    if mode == "file" and repo is None:
+        raise act.fail("repository", None, "is required when mode is file")
+    if repo is not None and not (repo / model / "config.pbtxt").is_file():
+        raise act.fail("repository", str(repo), f"has no {model}/config.pbtxt")
+    timeout = act.float("timeout_s", 120.0, min=0.0, min_exclusive=True)
+    options = {k: v for k, v in act.data.items() if k not in ("kind", "mode", "repository", "timeout_s")}
+    for k in options:
+        act.raw(k)
+    if kind != "gateway" and options:
+        raise act.fail(next(iter(options)), options[next(iter(options))], f"unknown field for kind {kind}")
+    actuator = ActuatorSettings(kind=kind, mode=mode, repository=repo, timeout_s=timeout, options=options)
+    act.done()
+
+    srv = top.section("server", {})
+    listen = srv.str("listen", "127.0.0.1:9400")
+    host, _, port_text = listen.rpartition(":")
+    if not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise srv.fail("listen", listen, "must be HOST:PORT, e.g. 127.0.0.1:9400")
+    token_file = _path(base, srv.str("token_file", None))
+    if token_file is not None and not token_file.is_file():
+        raise srv.fail("token_file", str(token_file), "file not found")
+    server = ServerSettings(host=host, port=int(port_text), token_file=token_file)
+    srv.done()
+
+    log = _path(base, top.str("decision_log", None))
+    top.done()
+    return SidecarConfig(
+        source=source,
+        model=model,
+        triton=triton,
+        profiles=tuple(ladder),
+        policy=policy,
+        interval_s=interval_s,
+        history_windows=history,
+        initial_profile=initial,
+        signals=signals,
+        actuator=actuator,
+        server=server,
+        decision_log=log,
+    )
+
+
+def read_token(path: Path | None) -> str | None:
+    """The bearer token, stripped; a file that exists but is empty is an error."""
+    if path is None:
+        return None
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the token file: {exc}") from exc
+    if not token:
+        raise ConfigError(f"{path}: the token file is empty")
+    return token

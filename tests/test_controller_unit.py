@@ -1,0 +1,269 @@
+"""The controller loop with an injected source, actuator and clock (pure loop logic).
+
+The same loop against the real Triton is in test_sidecar.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry
+
+from autobatch.actuators.base import ActuationResult
+from autobatch.controller.config import sidecar_config_from_mapping
+from autobatch.controller.http import ControlServer
+from autobatch.controller.loop import Controller, run_controller
+from autobatch.errors import SignalError
+from autobatch.policy import Reason
+from autobatch.signals import Window
+
+from .conftest import PROFILES
+
+SATURATED = dict(inference_rps=520.0, mean_batch_size=8.0, mean_queue_ms=80.0,
+                 pending_requests=60.0, pending_delta=40.0, p95_ms=140.0)
+
+
+def make_config(tmp_path: Path, **policy) -> object:
+    data = {
+        "model": "dense_mlp",
+        "profiles": {"dir": str(PROFILES / "dense_mlp"), "ladder": ["latency-soft", "balanced", "aggressive"]},
+        "slo": {"p95_ms": 50},
+        "policy": {"interval_s": 1, "confirmations": 1, "min_dwell_s": 0, "stabilization_s": 0,
+                   "curve": str(Path(__file__).parent / "data" / "dense_mlp_curve.yaml"), **policy},
+        "decision_log": str(tmp_path / "decisions.jsonl"),
+    }
+    return sidecar_config_from_mapping(data, "test.yaml", base=tmp_path)
+
+
+class Clock:
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class ScriptedSource:
+    """Returns one scripted item per poll: a dict of Window fields, or an exception."""
+
+    def __init__(self, clock: Clock, script: list) -> None:
+        self.clock = clock
+        self.script = list(script)
+        self.closed = False
+
+    async def poll(self) -> Window:
+        item = self.script.pop(0) if self.script else {}
+        if isinstance(item, Exception):
+            raise item
+        end = self.clock()
+        base = dict(model="dense_mlp", start_s=end - 1.0, end_s=end, inference_rps=20.0,
+                    success_rps=20.0, mean_batch_size=1.0, mean_queue_ms=0.2, pending_requests=0.0,
+                    pending_delta=0.0, p95_ms=10.0)
+        base.update(item)
+        return Window(**base)
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+class FakeActuator:
+    name = "fake"
+
+    def __init__(self, live: str | None = None, fail: set[str] | None = None) -> None:
+        self.live = live
+        self.fail = fail or set()
+        self.applied: list[str] = []
+        self.reconcile_result: ActuationResult | None = None
+        self.closed = False
+
+    async def apply(self, profile) -> ActuationResult:
+        self.applied.append(profile.name)
+        if profile.name in self.fail:
+            return ActuationResult(profile.name, False, 0.5, "rejected", "refused", self.live, True)
+        self.live = profile.name
+        return ActuationResult(profile.name, True, 0.25, "applied", "ok", profile.name)
+
+    async def live_profile(self):
+        return self.live
+
+    async def reconcile(self, profile):
+        result, self.reconcile_result = self.reconcile_result, None
+        return result
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+async def ticks(controller: Controller, clock: Clock, n: int):
+    out = []
+    for _ in range(n):
+        clock.t += 1.0
+        out.append(await controller.tick())
+    return out
+
+
+async def test_start_adopts_a_live_ladder_profile(tmp_path):
+    clock = Clock()
+    act = FakeActuator(live="balanced")
+    c = Controller(make_config(tmp_path), ScriptedSource(clock, []), act, clock=clock)
+    await c.start()
+    assert c.state.active == "balanced" and act.applied == []
+    assert c.registry.get_sample_value(
+        "autobatch_active_profile", {"model": "dense_mlp", "profile": "balanced"}) == 1
+
+
+async def test_start_applies_the_first_profile_when_none_is_live(tmp_path):
+    clock = Clock()
+    act = FakeActuator(live=None)
+    c = Controller(make_config(tmp_path), ScriptedSource(clock, []), act, clock=clock)
+    await c.start()
+    assert act.applied == ["latency-soft"] and c.state.active == "latency-soft"
+
+
+async def test_switch_is_applied_counted_and_logged(tmp_path):
+    clock = Clock()
+    cfg = make_config(tmp_path)
+    act = FakeActuator(live="latency-soft")
+    c = Controller(cfg, ScriptedSource(clock, [{}, SATURATED]), act, clock=clock)
+    await c.start()
+    decisions = await ticks(c, clock, 2)
+    assert [d.reason for d in decisions] == [Reason.STEADY, Reason.SATURATION]
+    assert act.applied == ["aggressive"] and c.state.active == "aggressive"
+    get = c.registry.get_sample_value
+    assert get("autobatch_switches_total",
+               {"model": "dense_mlp", "reason": "saturation", "to": "aggressive"}) == 1
+    assert get("autobatch_window_value", {"model": "dense_mlp", "signal": "mean_queue_ms"}) == 80.0
+    await c.aclose()
+    lines = [json.loads(x) for x in cfg.decision_log.read_text().splitlines()]
+    assert [ln["decision"]["reason"] for ln in lines] == ["steady", "saturation"]
+    assert lines[1]["actuation"]["ok"] is True and lines[1]["window"]["mean_queue_ms"] == 80.0
+    assert lines[1]["active"] == "aggressive"
+
+
+async def test_refused_profile_keeps_the_old_one_and_counts(tmp_path):
+    clock = Clock()
+    act = FakeActuator(live="latency-soft", fail={"aggressive"})
+    c = Controller(make_config(tmp_path, min_dwell_s=30), ScriptedSource(clock, [SATURATED] * 4),
+                   act, clock=clock)
+    await c.start()
+    decisions = await ticks(c, clock, 4)
+    assert act.applied == ["aggressive"]  # tried once, then the dwell holds it back
+    assert c.state.active == "latency-soft" and c.status.active == "latency-soft"
+    assert [d.reason for d in decisions[1:]] == [Reason.SETTLING, Reason.SETTLING, Reason.DWELL]
+    assert c.registry.get_sample_value(
+        "autobatch_actuation_failures_total", {"model": "dense_mlp", "reason": "rejected"}) == 1
+    assert c.status.errors["actuate"] == 1
+
+
+async def test_signal_errors_hold_and_are_counted(tmp_path):
+    clock = Clock()
+    script = [SignalError("connection refused"), SignalError("connection refused"), SATURATED]
+    act = FakeActuator(live="latency-soft")
+    c = Controller(make_config(tmp_path), ScriptedSource(clock, script), act, clock=clock)
+    await c.start()
+    decisions = await ticks(c, clock, 3)
+    assert [d.reason for d in decisions] == [Reason.NO_DATA, Reason.NO_DATA, Reason.SATURATION]
+    assert c.registry.get_sample_value(
+        "autobatch_errors_total", {"model": "dense_mlp", "stage": "signals"}) == 2
+
+
+async def test_stale_windows_hold(tmp_path):
+    clock = Clock()
+    script = [dict(SATURATED, stale=True, stale_reason="counter_reset")]
+    c = Controller(make_config(tmp_path), ScriptedSource(clock, script),
+                   FakeActuator(live="latency-soft"), clock=clock)
+    await c.start()
+    (d,) = await ticks(c, clock, 1)
+    assert d.reason is Reason.STALE
+    assert c.registry.get_sample_value(
+        "autobatch_stale_windows_total", {"model": "dense_mlp", "reason": "counter_reset"}) == 1
+
+
+async def test_reconcile_after_restart_restarts_the_dwell(tmp_path):
+    clock = Clock()
+    act = FakeActuator(live="balanced")
+    c = Controller(make_config(tmp_path, min_dwell_s=30), ScriptedSource(clock, [SATURATED] * 3),
+                   act, clock=clock)
+    await c.start()
+    act.reconcile_result = ActuationResult("balanced", True, 1.5, "reapplied", "server restarted",
+                                           "balanced")
+    decisions = await ticks(c, clock, 3)
+    assert decisions[0].reason is Reason.SETTLING
+    assert c.state.last_switch_s == pytest.approx(1001.0)
+    assert c.status.last_actuation["reason"] == "reapplied"
+
+
+async def test_http_endpoints_and_pinning(tmp_path):
+    clock = Clock()
+    act = FakeActuator(live="latency-soft")
+    c = Controller(make_config(tmp_path), ScriptedSource(clock, [{}] * 5), act, clock=clock)
+    await c.start()
+    server = ControlServer(c, "127.0.0.1", 0, token="s3cret")
+    await server.start()
+    try:
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            assert (await http.get("/healthz")).status_code == 200
+            status = (await http.get("/status")).json()
+            assert status["active_profile"] == "latency-soft"
+            metrics = (await http.get("/metrics")).text
+            assert 'autobatch_active_profile{model="dense_mlp",profile="latency-soft"} 1.0' in metrics
+
+            r = await http.post("/profile", json={"profile": "aggressive"})
+            assert r.status_code == 401 and "Bearer" in r.headers["WWW-Authenticate"]
+            r = await http.post("/profile", json={"profile": "aggressive"},
+                                headers={"Authorization": "Bearer wrong"})
+            assert r.status_code == 401
+            auth = {"Authorization": "Bearer s3cret"}
+            r = await http.post("/profile", json={"profile": "nope"}, headers=auth)
+            assert r.status_code == 400 and "unknown profile" in r.json()["error"]
+            r = await http.post("/profile", content=b"not json", headers=auth)
+            assert r.status_code == 400
+            r = await http.post("/profile", json={"profile": "aggressive"}, headers=auth)
+            assert r.status_code == 200 and r.json()["pinned"] == "aggressive"
+            (d,) = await ticks(c, clock, 1)
+            assert (d.reason, act.live) == (Reason.PIN, "aggressive")
+            (d,) = await ticks(c, clock, 1)
+            assert d.reason is Reason.PINNED
+            r = await http.post("/profile", json={"profile": None}, headers=auth)
+            assert r.status_code == 200 and r.json()["pinned"] is None
+            assert (await http.get("/status")).json()["pinned"] is None
+    finally:
+        await server.stop()
+
+
+async def test_pinning_without_a_token_file_is_refused(tmp_path):
+    clock = Clock()
+    c = Controller(make_config(tmp_path), ScriptedSource(clock, []), FakeActuator("balanced"),
+                   clock=clock)
+    await c.start()
+    server = ControlServer(c, "127.0.0.1", 0, token=None)
+    await server.start()
+    try:
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            r = await http.post("/profile", json={"profile": "aggressive"},
+                                headers={"Authorization": "Bearer x"})
+            assert r.status_code == 403
+    finally:
+        await server.stop()
+
+
+async def test_run_controller_ticks_until_stopped(tmp_path):
+    cfg = make_config(tmp_path)
+    cfg = replace(cfg, interval_s=0.01)
+    source = ScriptedSource(Clock(), [])
+    source.clock = lambda: asyncio.get_running_loop().time()
+    act = FakeActuator(live="latency-soft")
+    c = Controller(cfg, source, act)
+    stop, ready = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(run_controller(c, stop=stop, ready=ready))
+    await asyncio.wait_for(ready.wait(), 5)
+    while c.status.ticks < 3:
+        await asyncio.sleep(0.005)
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    assert source.closed and act.closed
