@@ -12,7 +12,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from prometheus_client import CollectorRegistry
 
 from autobatch.actuators.base import ActuationResult
 from autobatch.controller.config import sidecar_config_from_mapping
@@ -31,7 +30,10 @@ SATURATED = dict(inference_rps=520.0, mean_batch_size=8.0, mean_queue_ms=80.0,
 def make_config(tmp_path: Path, **policy) -> object:
     data = {
         "model": "dense_mlp",
-        "profiles": {"dir": str(PROFILES / "dense_mlp"), "ladder": ["latency-soft", "balanced", "aggressive"]},
+        "profiles": {
+            "dir": str(PROFILES / "dense_mlp"),
+            "ladder": ["latency-soft", "balanced", "aggressive"],
+        },
         "slo": {"p95_ms": 50},
         "policy": {"interval_s": 1, "confirmations": 1, "min_dwell_s": 0, "stabilization_s": 0,
                    "curve": str(Path(__file__).parent / "data" / "dense_mlp_curve.yaml"), **policy},
