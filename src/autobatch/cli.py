@@ -152,5 +152,124 @@ def render(
         sys.stdout.write(render_pbtxt(prof.merge_into(config), str(profile)))
 
 
+# -- load ----------------------------------------------------------------------------------
+
+
+@app.command()
+def load(
+    model: Annotated[str, typer.Option(help="Model to drive (must be READY on the server).")],
+    url: Annotated[
+        str | None,
+        typer.Option(help="Triton host:port [default: 127.0.0.1:8001 for grpc, :8000 for http]."),
+    ] = None,
+    rate: Annotated[
+        float | None, typer.Option(help="Constant Poisson arrival rate, requests/s.")
+    ] = None,
+    duration: Annotated[float | None, typer.Option(help="Seconds at --rate.")] = None,
+    schedule: Annotated[
+        Path | None,
+        typer.Option(help="Schedule YAML of phases instead of --rate/--duration."),
+    ] = None,
+    protocol: Annotated[str, typer.Option(help="grpc or http.")] = "grpc",
+    out_path: Annotated[
+        Path | None, typer.Option("--out", help="Write one JSON line per request here.")
+    ] = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the report as JSON on stdout.")
+    ] = False,
+    seed: Annotated[int, typer.Option(help="Seed of the arrival times and the inputs.")] = 0,
+    timeout_ms: Annotated[float, typer.Option(help="Per-request client timeout.")] = 10_000.0,
+    batch_size: Annotated[int, typer.Option(help="Batch dimension of every request.")] = 1,
+) -> None:
+    """Send open-loop load to a Triton model and report latency and failures per phase.
+
+    Requests go out at Poisson arrival times whether or not earlier ones have
+    returned. The run ends after the schedule plus a drain of the timeout + 1 s.
+    Warns (stderr) when the generator itself fell behind its schedule.
+
+    Example: autobatch load --url 127.0.0.1:8001 --model dense_mlp --rate 100 --duration 10
+
+    Example: autobatch load --model dense_mlp --schedule examples/schedules/step.yaml --out r.jsonl
+    """
+    import contextlib
+    import threading
+
+    from rich.live import Live
+
+    from autobatch.load import run_load
+    from autobatch.load.display import LiveStatus, failure_lines, report_table
+    from autobatch.schedule import Schedule, load_schedule
+
+    if (rate is None) == (schedule is None):
+        raise ConfigError("give either --rate (with --duration) or --schedule FILE, not both or neither")
+    if schedule is not None:
+        if duration is not None:
+            raise ConfigError("--duration goes with --rate; a --schedule file sets its own durations")
+        plan = load_schedule(schedule)
+    else:
+        assert rate is not None
+        if rate < 0:
+            raise ConfigError(f"--rate = {rate:g}: must be >= 0 requests/s")
+        if duration is None:
+            raise ConfigError("--rate needs --duration SECONDS")
+        if duration <= 0:
+            raise ConfigError(f"--duration = {duration:g}: must be > 0 seconds")
+        plan = Schedule.constant(rate, duration)
+    if protocol not in ("grpc", "http"):
+        raise ConfigError(f"--protocol = {protocol!r}: must be grpc or http")
+    if timeout_ms <= 0:
+        raise ConfigError(f"--timeout-ms = {timeout_ms:g}: must be > 0")
+    if url is None:
+        url = "127.0.0.1:8001" if protocol == "grpc" else "127.0.0.1:8000"
+
+    # First Ctrl-C ends the run early and still reports; a second one aborts.
+    stop = threading.Event()
+
+    def _on_sigint(signum: int, frame: Any) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+        err.print("stopping: draining in-flight requests (Ctrl-C again to abort) ...")
+
+    status = LiveStatus(plan)
+    previous = signal.signal(signal.SIGINT, _on_sigint)
+    try:
+        live = (
+            Live(status, console=err, refresh_per_second=4, transient=True)
+            if err.is_terminal
+            else contextlib.nullcontext()
+        )
+        with live:
+            report = run_load(
+                url,
+                model,
+                plan,
+                protocol=protocol,
+                seed=seed,
+                timeout_s=timeout_ms / 1000.0,
+                batch_size=batch_size,
+                out=out_path,
+                on_record=status.record,
+                stop=stop,
+            )
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+    if json_output:
+        print_json(report.to_dict())
+    else:
+        out.print(report_table(report))
+        for line in failure_lines(report):
+            out.print(f"failures in {line}", markup=False, highlight=False)
+        t = report.total
+        out.print(
+            f"{t.sent} requests sent, {t.ok} ok, {t.failed} failed; "
+            f"achieved {t.achieved_rps:.1f} rps of {t.target_rps:.1f} target"
+            + (f"; records in {out_path}" if out_path else "")
+        )
+    for warning in report.warnings:
+        err.print(f"autobatch: warning: {warning}", markup=False, highlight=False, soft_wrap=True)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

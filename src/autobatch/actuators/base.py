@@ -18,7 +18,32 @@ from typing import Protocol, runtime_checkable
 
 from autobatch.profiles import Profile
 
-__all__ = ["ActuationResult", "Actuator"]
+__all__ = ["REASONS", "ActuationResult", "Actuator"]
+
+REASONS = (
+    "applied",
+    "unchanged",
+    "reapplied",
+    "dry_run",
+    "invalid",
+    "rejected",
+    "verify_failed",
+    "timeout",
+    "unreachable",
+    "unavailable",
+    "write_failed",
+)
+"""Every machine reason an actuator reports, a bounded set for metric labels.
+
+ok: ``applied`` (loaded and verified), ``unchanged`` (already live and verified;
+nothing sent), ``reapplied`` (``reconcile`` found drift and put the profile
+back), ``dry_run`` (nothing changed on purpose). Failures: ``invalid`` (refused
+by the local checks against the live config; nothing sent), ``rejected`` (the
+server refused the load), ``verify_failed`` (accepted, but the config read back
+differs), ``timeout`` (the load outlived its timeout), ``unreachable`` (no
+answer), ``unavailable`` (an answer, but the model is not loaded), and
+``write_failed`` (file mode could not write config.pbtxt; nothing sent).
+"""
 
 
 @dataclass(frozen=True)
@@ -36,7 +61,11 @@ class ActuationResult:
     active: str | None = None
     """The profile live after the step (the old one after a rollback, None if unknown)."""
     rolled_back: bool = False
-    """True when a failure made the actuator re-apply the last good profile."""
+    """True when, after a failure, the last good profile is live again and verified:
+    re-applied, or (when the server kept the old copy serving) confirmed in place."""
+    load_s: float | None = None
+    """How long the server took to load the new config (the load request alone), the
+    swap itself; None when nothing was loaded."""
 
 
 @runtime_checkable

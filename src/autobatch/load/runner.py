@@ -1,0 +1,377 @@
+"""The open-loop engine: send each request at its scheduled time, whatever came before.
+
+A closed-loop client waits for a response before it sends the next request, so
+a slow server slows the client down and hides its own queueing. Here the
+arrival times are drawn up front (:func:`autobatch.schedule.arrivals`) and one
+dispatcher coroutine hands each request to the client when its time comes;
+responses are collected by the tasks it starts. The run is bounded: after the
+schedule ends, requests still in flight get ``drain_s`` to finish and are then
+cancelled and counted as ``unfinished``.
+
+The generator measures itself: every request records when it was scheduled
+and when it was actually sent. If the send lag or the sent rate misses the
+schedule (:class:`~autobatch.load.report.BehindLimits`), the report flags the
+phase as ``behind`` and says by how much.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+import numpy as np
+
+from autobatch.errors import ConfigError, LoadError
+from autobatch.load.report import (
+    OK,
+    BehindLimits,
+    LoadReport,
+    RequestRecord,
+    summarize,
+    write_jsonl,
+)
+from autobatch.load.transport import PROTOCOLS, classify_error, open_transport
+from autobatch.schedule import Schedule, arrivals
+
+__all__ = ["DEFAULT_TIMEOUT_S", "Sender", "StopFlag", "drive", "run_load", "run_load_async"]
+
+DEFAULT_TIMEOUT_S = 10.0
+"""Per-request client timeout."""
+
+_DRAIN_MARGIN_S = 1.0
+"""Default drain beyond the request timeout, so that a request which times out at
+the client is reported as ``timeout`` before the drain calls it ``unfinished``."""
+
+_IDLE_SLICE_S = 0.05
+"""Longest single sleep of the dispatcher, so a stop is noticed in an idle phase."""
+
+_YIELD_AFTER = 32
+"""After a catch-up burst this large the dispatcher yields before it reads the clock
+again; smaller bursts go out when it next sleeps, saving a loop turn per send."""
+
+_ERROR_CHARS = 300
+
+
+class StopFlag(Protocol):
+    """Anything with ``is_set()``: a ``threading.Event`` or an ``asyncio.Event``."""
+
+    def is_set(self) -> bool: ...
+
+
+OnRecord = Callable[[RequestRecord], Any]
+
+
+class Sender(Protocol):
+    """What :func:`drive` needs of a transport: ``await infer()`` sends one request and
+    raises on failure (see :func:`~autobatch.load.transport.classify_error`)."""
+
+    async def infer(self) -> Any: ...
+
+
+class _Run:
+    """State of one run; lives inside one event loop."""
+
+    def __init__(
+        self,
+        sender: Sender,
+        schedule: Schedule,
+        seed: int,
+        on_record: OnRecord | None,
+    ) -> None:
+        self.sender = sender
+        self.schedule = schedule
+        drawn = arrivals(schedule, np.random.default_rng(seed))
+        # Python lists: indexing numpy scalars in the hot loop costs more than it saves.
+        self.t_s: list[float] = drawn.t_s.tolist()
+        self.phase: list[int] = drawn.phase.tolist()
+        self.names = [p.name for p in schedule.phases]
+        self.records: list[RequestRecord | None] = [None] * len(self.t_s)
+        self.on_record = on_record
+        self.callback_error: BaseException | None = None
+        self.loop = asyncio.get_running_loop()
+        self.t0 = 0.0
+
+    def finish(
+        self, k: int, sent_s: float | None, latency_ms: float | None, outcome: str, error: Any
+    ) -> None:
+        rec = RequestRecord(
+            index=k,
+            phase=self.names[self.phase[k]],
+            phase_index=self.phase[k],
+            scheduled_s=self.t_s[k],
+            sent_s=sent_s,
+            latency_ms=latency_ms,
+            outcome=outcome,
+            error=None if error is None else str(error)[:_ERROR_CHARS],
+        )
+        self.records[k] = rec
+        if self.on_record is not None and self.callback_error is None:
+            try:
+                self.on_record(rec)
+            except Exception as exc:
+                # A broken callback ends the run (checked by the dispatcher) and is
+                # re-raised once everything is cleaned up.
+                self.callback_error = exc
+
+    async def request(self, k: int) -> None:
+        loop = self.loop
+        sent = loop.time()
+        sent_s = sent - self.t0
+        try:
+            await self.sender.infer()
+        except asyncio.CancelledError:
+            self.finish(k, sent_s, None, "unfinished", "still running when the drain timeout ended")
+            raise
+        except Exception as exc:
+            kind, message = classify_error(exc)
+            self.finish(k, sent_s, (loop.time() - sent) * 1000.0, kind, message)
+        else:
+            self.finish(k, sent_s, (loop.time() - sent) * 1000.0, OK, None)
+
+    async def run(self, drain_s: float, stop: StopFlag | None) -> tuple[float | None, float]:
+        """Dispatch and drain; returns (where in the schedule a stop ended it, elapsed s)."""
+        loop = self.loop
+        t_s = self.t_s
+        n = len(t_s)
+        tasks: set[asyncio.Task[None]] = set()
+        self.t0 = t0 = loop.time()
+        hard_end = t0 + self.schedule.duration_s + drain_s
+        stopped_at: float | None = None
+        i = 0
+        try:
+            while True:
+                now = loop.time()
+                if (stop is not None and stop.is_set()) or self.callback_error is not None:
+                    stopped_at = now - t0
+                    break
+                if now >= hard_end:
+                    break
+                if i >= n:
+                    # Idle tail of the schedule (or rate-0 phases at the end): keep the
+                    # run as long as the schedule, so phase spans mean what they say.
+                    if now >= t0 + self.schedule.duration_s:
+                        break
+                    await asyncio.sleep(min(t0 + self.schedule.duration_s - now, _IDLE_SLICE_S))
+                    continue
+                due = t0 + t_s[i]
+                if due > now:
+                    await asyncio.sleep(min(due - now, _IDLE_SLICE_S))
+                    continue
+                # Send everything that is due: after a late wake-up, catch up at once
+                # rather than one request per loop turn.
+                burst = 0
+                while i < n and t0 + t_s[i] <= now:
+                    task = loop.create_task(self.request(i))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                    i += 1
+                    burst += 1
+                if burst >= _YIELD_AFTER:
+                    # Let the started requests go out before looking at the clock again.
+                    await asyncio.sleep(0)
+
+            drain_end = hard_end if stopped_at is None else min(hard_end, loop.time() + drain_s)
+            if tasks:
+                timeout = max(0.0, drain_end - loop.time())
+                _, pending = await asyncio.wait(set(tasks), timeout=timeout)
+                for task in pending:
+                    task.cancel()
+                if pending:
+                    await asyncio.gather(*pending, return_exceptions=True)
+        except BaseException:
+            # Cancelled from outside (or worse): take the in-flight requests down too,
+            # so nothing outlives the run in an event loop that keeps going.
+            for task in tasks:
+                task.cancel()
+            raise
+        elapsed = loop.time() - t0
+
+        # Dispatched but cancelled before they ever ran: never sent.
+        for k in range(i):
+            if self.records[k] is None:
+                self.finish(k, None, None, "unfinished", "cancelled before it was sent")
+        if stopped_at is None:
+            for k in range(i, n):
+                self.finish(k, None, None, "unsent", "the run ended before its time came")
+        return stopped_at, elapsed
+
+    def done_records(self) -> tuple[RequestRecord, ...]:
+        return tuple(r for r in self.records if r is not None)
+
+
+def _check_args(
+    schedule: Schedule, protocol: str, timeout_s: float, drain_s: float | None, batch_size: int
+) -> float:
+    if not isinstance(schedule, Schedule):
+        raise ConfigError(f"schedule = {schedule!r}: must be an autobatch.schedule.Schedule")
+    if protocol not in PROTOCOLS:
+        raise ConfigError(
+            f"--protocol = {protocol!r}: must be one of {', '.join(PROTOCOLS)}",
+            field="protocol",
+            value=protocol,
+        )
+    if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
+        raise ConfigError(f"--timeout-ms = {timeout_s * 1000!r}: must be a number > 0")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ConfigError(f"--batch-size = {batch_size!r}: must be an integer >= 1")
+    if drain_s is None:
+        return timeout_s + _DRAIN_MARGIN_S
+    if not (math.isfinite(drain_s) and drain_s >= 0):
+        raise ConfigError(f"drain_s = {drain_s!r}: must be a number >= 0")
+    return float(drain_s)
+
+
+def _open_out(out: str | Path | IO[str] | None) -> tuple[IO[str] | None, bool]:
+    """Open ``out`` before the run, so a bad path fails in a second, not after the load."""
+    if out is None:
+        return None, False
+    if hasattr(out, "write"):
+        return out, False  # type: ignore[return-value]
+    path = Path(out)  # type: ignore[arg-type]
+    try:
+        return path.open("w", encoding="utf-8"), True
+    except OSError as exc:
+        raise ConfigError(
+            f"--out = {str(path)!r}: cannot write there: {exc.strerror or exc}",
+            field="out",
+            value=str(path),
+        ) from exc
+
+
+async def drive(
+    sender: Sender,
+    schedule: Schedule,
+    *,
+    seed: int = 0,
+    drain_s: float = DEFAULT_TIMEOUT_S + _DRAIN_MARGIN_S,
+    on_record: OnRecord | None = None,
+    stop: StopFlag | None = None,
+) -> tuple[tuple[RequestRecord, ...], float | None, float]:
+    """The open-loop core, on any sender: ``(records, stopped_at_s, elapsed_s)``.
+
+    ``stopped_at_s`` is the offset at which ``stop`` ended the run, None if it
+    ran to the end. :func:`run_load_async` wraps this with a Triton transport;
+    tests and embedders can hand it their own sender.
+    """
+    run = _Run(sender, schedule, seed, on_record)
+    stopped_at, elapsed_s = await run.run(drain_s, stop)
+    if run.callback_error is not None:
+        raise run.callback_error
+    return run.done_records(), stopped_at, elapsed_s
+
+
+async def run_load_async(
+    url: str,
+    model: str,
+    schedule: Schedule,
+    *,
+    protocol: str = "grpc",
+    seed: int = 0,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    drain_s: float | None = None,
+    batch_size: int = 1,
+    out: str | Path | IO[str] | None = None,
+    on_record: OnRecord | None = None,
+    stop: StopFlag | None = None,
+    limits: BehindLimits = BehindLimits(),
+) -> LoadReport:
+    """Drive ``model`` at ``url`` open-loop through ``schedule``; see :func:`run_load`."""
+    drain_s = _check_args(schedule, protocol, timeout_s, drain_s, batch_size)
+    file, owned = _open_out(out)
+    try:
+        transport = await open_transport(
+            url, model, protocol=protocol, timeout_s=timeout_s, batch_size=batch_size, seed=seed
+        )
+        try:
+            records, stopped_at, elapsed_s = await drive(
+                transport, schedule, seed=seed, drain_s=drain_s, on_record=on_record, stop=stop
+            )
+        finally:
+            await transport.close()
+        if file is not None:
+            try:
+                write_jsonl(records, file)
+                file.flush()
+            except OSError as exc:
+                raise LoadError(f"writing the request records failed: {exc}") from exc
+    finally:
+        if owned and file is not None:
+            file.close()
+    phases, total = summarize(schedule, records, ran_s=stopped_at, limits=limits)
+    return LoadReport(
+        url=transport.url,
+        model=model,
+        protocol=protocol,
+        seed=seed,
+        batch_size=batch_size,
+        timeout_s=timeout_s,
+        schedule=schedule,
+        phases=phases,
+        total=total,
+        records=records,
+        elapsed_s=elapsed_s,
+        stopped=stopped_at is not None,
+    )
+
+
+def run_load(
+    url: str,
+    model: str,
+    schedule: Schedule,
+    *,
+    protocol: str = "grpc",
+    seed: int = 0,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    drain_s: float | None = None,
+    batch_size: int = 1,
+    out: str | Path | IO[str] | None = None,
+    on_record: OnRecord | None = None,
+    stop: StopFlag | None = None,
+    limits: BehindLimits = BehindLimits(),
+) -> LoadReport:
+    """Drive ``model`` at ``url`` (``host:port``) open-loop through ``schedule``.
+
+    Blocks until the run is over: at most ``schedule.duration_s + drain_s``
+    after the first send, plus the set-up (connect, read the model config,
+    one warm-up request). Runs its own event loop, so it can be called from
+    any thread that has none running (from a coroutine, await
+    :func:`run_load_async` instead).
+
+    Args:
+        protocol: ``grpc`` (default) or ``http``; ``url`` must be that port.
+        seed: draws the arrival times and the synthetic inputs.
+        timeout_s: per-request client timeout.
+        drain_s: time after the schedule for in-flight requests to finish;
+            default ``timeout_s + 1``. Those still running then are cancelled
+            and counted as ``unfinished``.
+        batch_size: the batch dimension of every request.
+        out: a path or open text file; gets one JSON line per request.
+        on_record: called with each :class:`RequestRecord` as it completes, on
+            the event loop's thread; keep it quick. If it raises, the run stops
+            and the exception is re-raised.
+        stop: when set, no more requests are sent; in-flight ones drain.
+        limits: when the generator counts as behind.
+
+    Raises:
+        ConfigError: bad arguments, an unknown model, an unwritable ``out``.
+        LoadError: the server cannot be reached or rejects the first request.
+    """
+    return asyncio.run(
+        run_load_async(
+            url,
+            model,
+            schedule,
+            protocol=protocol,
+            seed=seed,
+            timeout_s=timeout_s,
+            drain_s=drain_s,
+            batch_size=batch_size,
+            out=out,
+            on_record=on_record,
+            stop=stop,
+            limits=limits,
+        )
+    )
