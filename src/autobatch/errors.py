@@ -10,6 +10,7 @@ ever catch ``AutobatchError`` subclasses::
      +-- ServeError           the embedded Triton could not start or stop
      +-- TritonError          the Triton server answered with an error or not at all
      +-- SignalError          metrics could not be turned into a trustworthy window
+     |    +-- ScrapeError     an endpoint could not be read or parsed (``reason`` says how)
      +-- ActuationError       a profile could not be applied
      +-- BatcherError         the SDK micro-batcher
      |    +-- QueueFullError  the batcher's queue is full and backpressure is "raise"
@@ -32,6 +33,7 @@ __all__ = [
     "LoadError",
     "ProfileError",
     "QueueFullError",
+    "ScrapeError",
     "ServeError",
     "SignalError",
     "TritonError",
@@ -87,6 +89,20 @@ class TritonError(AutobatchError):
 
 class SignalError(AutobatchError):
     """Metrics could not be read or turned into a trustworthy window."""
+
+
+class ScrapeError(SignalError):
+    """A metrics endpoint could not be read or parsed.
+
+    ``reason`` is the machine reason a stale window records for it (a value of
+    ``autobatch.signals.StaleReason``: ``unreachable``, ``malformed``,
+    ``missing_series``); ``url`` is the endpoint, when there is one.
+    """
+
+    def __init__(self, message: str, *, reason: str = "unreachable", url: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.url = url
 
 
 class ActuationError(AutobatchError):

@@ -1,5 +1,44 @@
-"""Signals: turn Triton, Prometheus and accelerator metrics into trustworthy windows."""
+"""Signals: turn Triton, Prometheus and accelerator metrics into trustworthy windows.
 
-from autobatch.signals.window import Window
+* :class:`TritonSource` reads one Triton's ``/metrics`` and ``/v2/models/M/stats``
+  and differences two samples into a :class:`Window`.
+* :class:`PrometheusSource` builds the same window from PromQL, across every
+  replica Prometheus scrapes.
+* :func:`windows` polls either on an interval (async); :func:`watch` is its
+  blocking front-end, used by ``autobatch watch``.
 
-__all__ = ["Window"]
+The pure core (:func:`parse_metrics`, :func:`parse_stats`, :func:`window_between`,
+:class:`PromQL`, :func:`window_from_results`) does no I/O and reads no clock.
+"""
+
+from autobatch.signals.loop import SignalSource, make_source, watch, windows
+from autobatch.signals.parse import (
+    MetricsSample,
+    StatsSample,
+    parse_metrics,
+    parse_stats,
+    parse_utilization,
+)
+from autobatch.signals.prometheus import PrometheusSource, PromQL, window_from_results
+from autobatch.signals.triton import TritonSample, TritonSource, window_between
+from autobatch.signals.window import StaleReason, Window
+
+__all__ = [
+    "MetricsSample",
+    "PromQL",
+    "PrometheusSource",
+    "SignalSource",
+    "StaleReason",
+    "StatsSample",
+    "TritonSample",
+    "TritonSource",
+    "Window",
+    "make_source",
+    "parse_metrics",
+    "parse_stats",
+    "parse_utilization",
+    "watch",
+    "window_between",
+    "window_from_results",
+    "windows",
+]

@@ -21,15 +21,40 @@ Lag of each signal (what it costs to decide on it):
   after a profile switch they still hold up to a minute of the old profile.
 * ``utilization``: ``nv_gpu_utilization`` is refreshed every
   ``--metrics-interval-ms`` (2 s by default).
+
+A stale window (``stale=True``) is a record that something went wrong, not a
+measurement: its rates and means are left at their defaults and must not be
+read. ``stale_reason`` is one of :class:`StaleReason` (a machine reason, fit
+for a metric label) and ``stale_detail`` a sentence for the log.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from enum import Enum
 from typing import Any
 
-__all__ = ["Window"]
+__all__ = ["StaleReason", "Window"]
+
+
+class StaleReason(str, Enum):
+    """Why a window must not be acted on. Stored in ``Window.stale_reason`` as the plain value."""
+
+    COUNTER_RESET = "counter_reset"
+    """A cumulative counter went down: the server restarted or the model was reloaded."""
+    TOO_OLD = "too_old"
+    """The newest data in the window is older than the configured maximum age."""
+    MISSING_SERIES = "missing_series"
+    """A series needed for the window is absent (model unloaded, partial scrape)."""
+    NOT_FINITE = "not_finite"
+    """A counter or gauge read NaN or infinite."""
+    BAD_INTERVAL = "bad_interval"
+    """The two samples are not in time order (the wall clock stepped back)."""
+    UNREACHABLE = "unreachable"
+    """An endpoint refused the connection, timed out or answered with an HTTP error."""
+    MALFORMED = "malformed"
+    """An endpoint answered with text that is not valid exposition format or JSON."""
 
 
 @dataclass(frozen=True)
@@ -77,9 +102,33 @@ class Window:
     stale: bool = False
     """True when the window must not be acted on (too old, counter reset, partial data)."""
     stale_reason: str | None = None
-    """Why the window is stale: 'counter_reset', 'too_old', 'missing_series', ..."""
+    """Why the window is stale: a :class:`StaleReason` value ('counter_reset', 'too_old', ...)."""
     source: str = "triton"
     """Which source built it: 'triton' or 'prometheus'."""
+    stale_detail: str | None = None
+    """A sentence saying what made the window stale (which counter fell, which series is
+    missing, what the endpoint answered); None for a good window."""
+
+    def age_s(self, now_s: float) -> float:
+        """How long ago, at wall-clock ``now_s``, the newest data in the window was measured."""
+        return now_s - self.end_s
+
+    def aged(self, now_s: float, max_age_s: float | None) -> Window:
+        """This window, marked stale (``too_old``) if its data is older than ``max_age_s``.
+
+        ``None`` turns the check off. An already stale window keeps its first reason.
+        """
+        if max_age_s is None or self.stale or self.age_s(now_s) <= max_age_s:
+            return self
+        return replace(
+            self,
+            stale=True,
+            stale_reason=StaleReason.TOO_OLD.value,
+            stale_detail=(
+                f"the newest data is {self.age_s(now_s):.1f} s old, more than the "
+                f"{max_age_s:g} s allowed"
+            ),
+        )
 
     @property
     def interval_s(self) -> float:

@@ -1,0 +1,358 @@
+"""Fleet mode: the same :class:`~autobatch.signals.window.Window` from PromQL.
+
+Prometheus scrapes every Triton replica; one instant query per signal, summed
+by model across replicas (and versions), gives the fleet's window for one
+model. The queries are built by :class:`PromQL` (pure), turned into a window by
+:func:`window_from_results` (pure), and run by :class:`PrometheusSource`
+against ``/api/v1/query`` through an injected ``httpx.AsyncClient``.
+
+How the fleet window differs from the direct one:
+
+* rates are ``rate(counter[range])``: Prometheus extrapolates to the range's
+  edges and compensates for counter resets itself. A reset inside the range
+  (``resets(...) > 0``) still marks the window stale, as the direct source
+  does, because the range then mixes two lives of a server. A reload with a
+  config override does not reset ``/metrics`` (see
+  :mod:`autobatch.signals.triton`), so Prometheus cannot see it.
+* ``p95_ms``/``p99_ms`` are the **highest** replica's summary quantile:
+  quantiles of different replicas cannot be added, and the worst replica is
+  the one that breaks the SLO. They lag like the direct ones (up to 60 s), plus
+  up to one scrape interval.
+* ``batch_curve_ms`` is empty: ``batch_stats`` is not exported as metrics.
+* ``end_s`` is the timestamp of the newest scraped sample, not the query time,
+  so a stuck scrape shows up as an old window (and as ``too_old`` past
+  ``max_age_s``); ``start_s`` is ``end_s - range_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from autobatch.errors import ConfigError, ScrapeError
+from autobatch.signals.parse import COUNTERS
+from autobatch.signals.triton import DEFAULT_TIMEOUT_S, normalize_url
+from autobatch.signals.window import StaleReason, Window
+
+__all__ = ["PromQL", "PrometheusSource", "window_from_results"]
+
+
+def _quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _duration(seconds: float) -> str:
+    return f"{max(1, round(seconds * 1000))}ms"
+
+
+@dataclass(frozen=True)
+class PromQL:
+    """The PromQL of one model's window.
+
+    ``selector`` is extra label matchers ANDed to every Triton series, e.g.
+    ``job="triton",namespace="prod"``; ``utilization_selector`` picks the
+    accelerator series (which carry no ``model`` label), by default the same
+    ``selector``.
+    """
+
+    model: str
+    selector: str = ""
+    range_s: float = 30.0
+    utilization_selector: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, str) or not self.model:
+            raise ConfigError(f"model = {self.model!r}: must be a model name",
+                              field="model", value=self.model)
+        if not (isinstance(self.range_s, (int, float)) and math.isfinite(self.range_s)
+                and self.range_s > 0):
+            raise ConfigError(f"range_s = {self.range_s!r}: must be a number of seconds > 0",
+                              field="range_s", value=self.range_s)
+        for name in ("selector", "utilization_selector"):
+            value = getattr(self, name)
+            if value is not None and ("{" in value or "}" in value):
+                raise ConfigError(
+                    f"{name} = {value!r}: give label matchers without braces, "
+                    'e.g. job="triton",namespace="prod"',
+                    field=name,
+                    value=value,
+                )
+
+    @property
+    def matchers(self) -> str:
+        own = f"model={_quote(self.model)}"
+        extra = self.selector.strip().strip(",")
+        return f"{own},{extra}" if extra else own
+
+    def _series(self, name: str, more: str = "") -> str:
+        return f"{name}{{{self.matchers}{more}}}"
+
+    def queries(self) -> dict[str, str]:
+        """Signal name -> instant query (evaluated at the window's end)."""
+        r = _duration(self.range_s)
+
+        def rate(name: str) -> str:
+            return f"sum by (model) (rate({self._series(name)}[{r}]))"
+
+        u = (self.selector if self.utilization_selector is None
+             else self.utilization_selector).strip().strip(",")
+        gpu = f"{{{u}}}" if u else ""
+        counters = "|".join(n.removeprefix("nv_inference_") for n in COUNTERS)
+        p95 = self._series(SUMMARY, ',quantile="0.95"')
+        p99 = self._series(SUMMARY, ',quantile="0.99"')
+        return {
+            "success": rate("nv_inference_request_success"),
+            "failure": f"sum by (reason) (rate({self._series('nv_inference_request_failure')}[{r}]))",
+            "count": rate("nv_inference_count"),
+            "exec": rate("nv_inference_exec_count"),
+            "queue_us": rate("nv_inference_queue_duration_us"),
+            "compute_us": rate("nv_inference_compute_infer_duration_us"),
+            "request_us": rate("nv_inference_request_duration_us"),
+            "pending": f"sum by (model) ({self._series('nv_inference_pending_request_count')})",
+            "pending_delta": (
+                f"sum by (model) (delta({self._series('nv_inference_pending_request_count')}[{r}]))"
+            ),
+            # `>= 0` drops the NaN an empty summary reads, so max sees only real quantiles.
+            "p95_us": f"max by (model) ({p95} >= 0)",
+            "p99_us": f"max by (model) ({p99} >= 0)",
+            "resets": (
+                f'sum by (model) (resets({{__name__=~"nv_inference_({counters})",'
+                f"{self.matchers}}}[{r}]))"
+            ),
+            "newest_s": f"max by (model) (timestamp({self._series('nv_inference_request_success')}))",
+            "nv_gpu_util": f"avg(nv_gpu_utilization{gpu})",
+            "dcgm_util": f"avg(DCGM_FI_DEV_GPU_UTIL{gpu}) / 100",
+        }
+
+
+SUMMARY = "nv_inference_request_summary_us"
+
+Results = Mapping[str, list[Mapping[str, Any]]]
+"""Signal name -> the ``data.result`` list of its instant query."""
+
+
+def _values(result: list[Mapping[str, Any]], name: str) -> list[tuple[Mapping[str, str], float]]:
+    out = []
+    for item in result:
+        try:
+            labels = item.get("metric", {})
+            value = float(item["value"][1])
+        except (AttributeError, KeyError, IndexError, TypeError, ValueError) as exc:
+            raise ScrapeError(f"Prometheus result of {name!r} has an unexpected shape: {item!r:.200}",
+                              reason="malformed") from exc
+        out.append((labels, value))
+    return out
+
+
+def _one(results: Results, name: str) -> float | None:
+    values = _values(list(results.get(name, [])), name)
+    if not values:
+        return None
+    if len(values) > 1:
+        raise ScrapeError(
+            f"Prometheus query {name!r} returned {len(values)} series where one was expected",
+            reason="malformed",
+        )
+    return values[0][1]
+
+
+def window_from_results(
+    results: Results,
+    *,
+    queries: PromQL,
+    evaluated_s: float,
+) -> Window:
+    """The window the query results describe (pure). ``evaluated_s`` is the query's time."""
+    model, range_s = queries.model, float(queries.range_s)
+    newest = _one(results, "newest_s")
+    end_s = newest if newest is not None and math.isfinite(newest) else evaluated_s
+
+    def stale(reason: StaleReason, detail: str) -> Window:
+        return Window(model=model, start_s=end_s - range_s, end_s=end_s, stale=True,
+                      stale_reason=reason.value, stale_detail=detail, source="prometheus")
+
+    required = ("success", "count", "exec", "queue_us", "compute_us", "request_us", "pending",
+                "pending_delta")
+    values = {name: _one(results, name) for name in required}
+    missing = [n for n, v in values.items() if v is None]
+    if missing:
+        return stale(
+            StaleReason.MISSING_SERIES,
+            f"Prometheus has no series for {', '.join(missing)} of {queries.matchers} in the "
+            f"last {range_s:g} s (not scraped, or the selector matches nothing)",
+        )
+    resets = _one(results, "resets")
+    failures = {
+        labels.get("reason", "unknown"): v for labels, v in _values(
+            list(results.get("failure", [])), "failure")
+    }
+    bad = [n for n, v in {**values, **failures}.items() if v is None or not math.isfinite(v)]
+    if bad:
+        return stale(StaleReason.NOT_FINITE, f"Prometheus returned NaN or infinity for {bad}")
+    if resets is not None and math.isfinite(resets) and resets > 0:
+        return stale(
+            StaleReason.COUNTER_RESET,
+            f"{resets:g} counter reset(s) within the last {range_s:g} s: a replica restarted "
+            "or reloaded its model",
+        )
+    v: dict[str, float] = {n: float(x) for n, x in values.items() if x is not None}
+    negative = [n for n in ("success", "count", "exec", "queue_us", "compute_us", "request_us",
+                            "pending") if v[n] < 0]
+    if negative or any(x < 0 for x in failures.values()):
+        return stale(StaleReason.COUNTER_RESET, f"negative rates for {negative or 'failures'}")
+    success = v["success"]
+
+    def per_request_ms(name: str) -> float | None:
+        return v[name] / success / 1000.0 if success > 0 else None
+
+    def quantile_ms(name: str) -> float | None:
+        q = _one(results, name)
+        return q / 1000.0 if q is not None and math.isfinite(q) and q >= 0 else None
+
+    return Window(
+        model=model,
+        start_s=end_s - range_s,
+        end_s=end_s,
+        success_rps=success,
+        failure_rps=dict(sorted(failures.items())),
+        inference_rps=v["count"],
+        exec_rps=v["exec"],
+        mean_batch_size=v["count"] / v["exec"] if v["exec"] > 0 else None,
+        mean_queue_ms=per_request_ms("queue_us"),
+        mean_compute_ms=per_request_ms("compute_us"),
+        mean_request_ms=per_request_ms("request_us"),
+        pending_requests=v["pending"],
+        pending_delta=v["pending_delta"],
+        p95_ms=quantile_ms("p95_us"),
+        p99_ms=quantile_ms("p99_us"),
+        batch_curve_ms={},
+        utilization=_utilization(results),
+        source="prometheus",
+    )
+
+
+def _utilization(results: Results) -> float | None:
+    for name in ("nv_gpu_util", "dcgm_util"):
+        u = _one(results, name)
+        if u is not None and math.isfinite(u) and 0.0 <= u <= 1.0:
+            return u
+    return None
+
+
+class PrometheusSource:
+    """Windows of one model across every replica Prometheus scrapes.
+
+    Every poll gives a window (``range_s`` long, ending at the newest scrape);
+    there is no previous sample to keep.
+
+    Args:
+        url: Prometheus's base URL (``/api/v1/query`` is appended).
+        model: the model (``model`` label).
+        selector: extra label matchers, e.g. ``job="triton"``.
+        range_s: the range of ``rate()``; at least four scrape intervals, so
+            every replica has two samples in it even when one scrape is late.
+        utilization_selector: matchers for the accelerator series (default: ``selector``).
+        client, clock, timeout_s: as for :class:`~autobatch.signals.triton.TritonSource`.
+        max_age_s: a window whose newest scrape is older than this is stale
+            (``too_old``); None turns the check off.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        *,
+        selector: str = "",
+        range_s: float = 30.0,
+        utilization_selector: str | None = None,
+        client: httpx.AsyncClient | None = None,
+        clock: Callable[[], float] = time.time,
+        timeout_s: float = DEFAULT_TIMEOUT_S * 2,
+        max_age_s: float | None = None,
+    ) -> None:
+        self.url = normalize_url(url, "prometheus_url")
+        self.promql = PromQL(model, selector, range_s, utilization_selector)
+        if max_age_s is not None and not (math.isfinite(max_age_s) and max_age_s > 0):
+            raise ConfigError(f"max_age_s = {max_age_s!r}: must be a number > 0 (or None for off)",
+                              field="max_age_s", value=max_age_s)
+        self.model = model
+        self.clock = clock
+        self.timeout_s = float(timeout_s)
+        self.max_age_s = max_age_s
+        self._client = client
+        self._owns_client = client is None
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient()
+        return self._client
+
+    async def query(self, promql: str, at_s: float) -> list[Mapping[str, Any]]:
+        """One instant query; the ``data.result`` list. Raises ScrapeError or ConfigError."""
+        endpoint = f"{self.url}/api/v1/query"
+        try:
+            r = await self._http().get(
+                endpoint, params={"query": promql, "time": f"{at_s:.3f}"}, timeout=self.timeout_s
+            )
+        except httpx.TimeoutException as exc:
+            raise ScrapeError(f"Prometheus at {self.url} did not answer within "
+                              f"{self.timeout_s:g} s", url=endpoint) from exc
+        except httpx.HTTPError as exc:
+            raise ScrapeError(f"cannot reach Prometheus at {self.url}: {exc or type(exc).__name__}",
+                              url=endpoint) from exc
+        try:
+            body = r.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, Mapping):
+            raise ScrapeError(
+                f"Prometheus at {self.url} answered HTTP {r.status_code} without a JSON body "
+                "(is this the Prometheus base URL?)",
+                reason="malformed" if r.status_code == 200 else "unreachable",
+                url=endpoint,
+            )
+        if body.get("status") != "success":
+            message = str(body.get("error", "no error message"))[:300]
+            if body.get("errorType") == "bad_data":
+                # The only input in the query is the user's selector and model.
+                raise ConfigError(
+                    f"selector = {self.promql.selector!r}: Prometheus rejected the query: {message}",
+                    field="selector",
+                    value=self.promql.selector,
+                )
+            raise ScrapeError(f"Prometheus query failed ({body.get('errorType')}): {message}",
+                              url=endpoint)
+        data = body.get("data")
+        if not isinstance(data, Mapping) or data.get("resultType") != "vector" or not isinstance(
+            data.get("result"), list
+        ):
+            raise ScrapeError(f"Prometheus at {self.url}: expected an instant vector result",
+                              reason="malformed", url=endpoint)
+        return data["result"]
+
+    async def poll(self) -> Window:
+        """Run every query at the current time and build the window."""
+        at_s = self.clock()
+        queries = self.promql.queries()
+        results = await asyncio.gather(*(self.query(q, at_s) for q in queries.values()))
+        window = window_from_results(
+            dict(zip(queries, results)), queries=self.promql, evaluated_s=at_s
+        )
+        return window.aged(self.clock(), self.max_age_s)
+
+    async def aclose(self) -> None:
+        if self._owns_client and self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def __aenter__(self) -> PrometheusSource:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -1,0 +1,431 @@
+"""The direct source: one Triton's ``/metrics`` and ``/v2/models/M/stats``, differenced.
+
+:func:`window_between` is the pure core: two :class:`TritonSample` in, one
+:class:`~autobatch.signals.window.Window` out. :class:`TritonSource` is the
+edge: it reads both endpoints concurrently (and a dcgm-exporter, if given)
+through an injected ``httpx.AsyncClient`` and clock, and keeps the previous
+sample.
+
+What Triton 2.51 does to the counters, seen on the embedded server
+(tests/test_signals_triton.py checks it):
+
+* **server restart**: every counter on both endpoints starts again from 0 and
+  the summary quantiles read NaN until the first request.
+* **unload, then load**: the model's ``/metrics`` series disappear a few
+  seconds after the unload and come back at 0; ``/stats`` restarts at 0.
+* **load with a config override of a READY model** (a profile switch): the
+  ``/metrics`` counters carry on (Triton keeps one metric reporter per model
+  name and version), but ``/stats``, ``batch_stats`` included, restarts at 0.
+  An ``instance_group``-only change, applied in place, resets nothing.
+
+So a window is a counter reset (stale) when any counter on either endpoint
+went down, or when the gap between the two endpoints' execution counts moved:
+that is how a reload shows up even after the new copy has caught up with the
+old count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from autobatch.errors import ConfigError, ScrapeError
+from autobatch.plan.curve import curve_from_batch_stats
+from autobatch.signals.parse import (
+    COUNTERS,
+    MetricsSample,
+    StatsSample,
+    parse_metrics,
+    parse_stats,
+    parse_utilization,
+)
+from autobatch.signals.window import StaleReason, Window
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "TritonSample",
+    "TritonSource",
+    "normalize_url",
+    "window_between",
+]
+
+DEFAULT_TIMEOUT_S = 2.0
+"""Per-request timeout of a scrape. Triton answers /metrics in milliseconds; a
+scrape slower than this is a sign of trouble, and the window is better stale."""
+
+_OFFSET_TOLERANCE_EXECS = 2.0
+_OFFSET_TOLERANCE_RATIO = 0.05
+"""How far the gap between the two endpoints' execution counts may move within
+a window without calling it a reload. The two reads run concurrently but not
+atomically, so a few executions may land between them."""
+
+
+@dataclass(frozen=True)
+class TritonSample:
+    """Both endpoints of one Triton, read at (about) the same time."""
+
+    taken_s: float
+    """Wall-clock time of the read (the midpoint of the requests)."""
+    metrics: MetricsSample
+    stats: StatsSample | None = None
+    """None when the source does not read ``/v2/models/M/stats``."""
+    utilization: float | None = None
+    """Accelerator utilisation 0..1 from wherever the source reads it, or None."""
+
+    @property
+    def model(self) -> str:
+        return self.metrics.model
+
+
+def _stale(before: TritonSample, after: TritonSample, reason: StaleReason, detail: str) -> Window:
+    return Window(
+        model=after.model,
+        start_s=before.taken_s,
+        end_s=after.taken_s,
+        stale=True,
+        stale_reason=reason.value,
+        stale_detail=detail,
+        source="triton",
+    )
+
+
+def _check(before: TritonSample, after: TritonSample) -> tuple[StaleReason, str] | None:
+    """Why this pair cannot be differenced, or None."""
+    if not after.taken_s > before.taken_s:
+        return (
+            StaleReason.BAD_INTERVAL,
+            f"samples out of order ({before.taken_s:.3f} s then {after.taken_s:.3f} s): "
+            "the wall clock stepped back",
+        )
+    m0, m1 = before.metrics, after.metrics
+    for label, sample in (("earlier", m0), ("later", m1)):
+        missing = [n for n in COUNTERS if n not in sample.counters]
+        if sample.pending is None:
+            missing.append("nv_inference_pending_request_count")
+        if missing:
+            return (
+                StaleReason.MISSING_SERIES,
+                f"the {label} scrape has no {', '.join(missing)} for model {sample.model!r} "
+                "(unloaded, loading, or a partial scrape)",
+            )
+    if set(m0.failures) != set(m1.failures):
+        return (
+            StaleReason.MISSING_SERIES,
+            f"failure reasons changed between scrapes ({sorted(m0.failures)} -> "
+            f"{sorted(m1.failures)}): a partial scrape",
+        )
+    values: dict[str, tuple[float, float]] = {n: (m0.counters[n], m1.counters[n]) for n in COUNTERS}
+    values.update(
+        {f"nv_inference_request_failure{{reason={r}}}": (m0.failures[r], m1.failures[r])
+         for r in m1.failures}
+    )
+    for name, pair in values.items():
+        if not all(math.isfinite(v) for v in pair):
+            return StaleReason.NOT_FINITE, f"{name} read {pair[0]!r} then {pair[1]!r}"
+    pending = (m0.pending, m1.pending)
+    if not all(v is not None and math.isfinite(v) for v in pending):
+        return StaleReason.NOT_FINITE, f"nv_inference_pending_request_count read {pending}"
+    gauges = {"nv_inference_pending_request_count": (float(m0.pending), float(m1.pending))}
+    for name, (v0, v1) in {**values, **gauges}.items():
+        if v0 < 0 or v1 < 0:
+            return StaleReason.MALFORMED, f"{name} read {v0:g} then {v1:g}; it cannot be negative"
+    for name, (v0, v1) in values.items():
+        if v1 < v0:
+            return (
+                StaleReason.COUNTER_RESET,
+                f"{name} fell from {v0:g} to {v1:g}: the server restarted or the model "
+                "was reloaded",
+            )
+    s0, s1 = before.stats, after.stats
+    if s0 is not None and s1 is not None:
+        pairs = {
+            "execution_count": (s0.execution_count, s1.execution_count),
+            "inference_count": (s0.inference_count, s1.inference_count),
+        }
+        rows0 = {b: c for b, c, _ in s0.batch_stats}
+        for b, c, _ in s1.batch_stats:
+            pairs[f"batch_stats[{b}].count"] = (rows0.get(b, 0), c)
+        for b in set(rows0) - {b for b, _, _ in s1.batch_stats}:
+            pairs[f"batch_stats[{b}].count"] = (rows0[b], 0)
+        for name, (v0, v1) in pairs.items():
+            if v1 < v0:
+                return (
+                    StaleReason.COUNTER_RESET,
+                    f"/stats {name} fell from {v0} to {v1}: the model was reloaded",
+                )
+        exec0 = m0.counters["nv_inference_exec_count"]
+        exec1 = m1.counters["nv_inference_exec_count"]
+        moved = (s1.execution_count - exec1) - (s0.execution_count - exec0)
+        if abs(moved) > max(_OFFSET_TOLERANCE_EXECS, _OFFSET_TOLERANCE_RATIO * (exec1 - exec0)):
+            return (
+                StaleReason.COUNTER_RESET,
+                f"/stats and /metrics execution counts drifted apart by {moved:g} within the "
+                "window: the model was reloaded (its /stats restarted)",
+            )
+    return None
+
+
+def window_between(before: TritonSample, after: TritonSample) -> Window:
+    """The window from ``before`` to ``after`` (same model), stale if it cannot be trusted."""
+    if before.model != after.model:
+        raise ValueError(f"samples of different models: {before.model!r} and {after.model!r}")
+    problem = _check(before, after)
+    if problem is not None:
+        return _stale(before, after, *problem)
+    window = _difference(before, after)
+    overflow = [name for name, v in _numbers(window) if not math.isfinite(v)]
+    if overflow:
+        # Finite counters can still overflow a float when divided by a tiny interval.
+        return _stale(before, after, StaleReason.NOT_FINITE,
+                      f"{', '.join(overflow)} came out infinite: the values or the interval are "
+                      "out of range")
+    return window
+
+
+def _numbers(w: Window) -> list[tuple[str, float]]:
+    out = [(name, getattr(w, name)) for name in (
+        "success_rps", "inference_rps", "exec_rps", "mean_batch_size", "mean_queue_ms",
+        "mean_compute_ms", "mean_request_ms", "pending_requests", "pending_delta", "p95_ms",
+        "p99_ms", "utilization")]
+    out += [(f"failure_rps[{r}]", v) for r, v in w.failure_rps.items()]
+    out += [(f"batch_curve_ms[{b}]", v) for b, v in w.batch_curve_ms.items()]
+    return [(n, v) for n, v in out if v is not None]
+
+
+def _difference(before: TritonSample, after: TritonSample) -> Window:
+    dt = after.taken_s - before.taken_s
+    c0, c1 = before.metrics.counters, after.metrics.counters
+
+    def d(name: str) -> float:
+        return c1[name] - c0[name]
+
+    success = d("nv_inference_request_success")
+    execs = d("nv_inference_exec_count")
+
+    def per_request_ms(name: str) -> float | None:
+        # Triton adds these durations only for successful requests.
+        return d(name) / success / 1000.0 if success > 0 else None
+
+    curve: Mapping[int, float] = {}
+    if before.stats is not None and after.stats is not None:
+        live = curve_from_batch_stats(
+            after.stats.batch_stats_rows(), before.stats.batch_stats_rows()
+        )
+        curve = dict(live.points) if live is not None else {}
+    pending0 = before.metrics.pending
+    pending1 = after.metrics.pending
+    assert pending0 is not None and pending1 is not None  # checked in _check
+    return Window(
+        model=after.model,
+        start_s=before.taken_s,
+        end_s=after.taken_s,
+        success_rps=success / dt,
+        failure_rps={
+            r: (after.metrics.failures[r] - before.metrics.failures[r]) / dt
+            for r in sorted(after.metrics.failures)
+        },
+        inference_rps=d("nv_inference_count") / dt,
+        exec_rps=execs / dt,
+        mean_batch_size=d("nv_inference_count") / execs if execs > 0 else None,
+        mean_queue_ms=per_request_ms("nv_inference_queue_duration_us"),
+        mean_compute_ms=per_request_ms("nv_inference_compute_infer_duration_us"),
+        mean_request_ms=per_request_ms("nv_inference_request_duration_us"),
+        pending_requests=pending1,
+        pending_delta=pending1 - pending0,
+        p95_ms=None if after.metrics.p95_us is None else after.metrics.p95_us / 1000.0,
+        p99_ms=None if after.metrics.p99_us is None else after.metrics.p99_us / 1000.0,
+        batch_curve_ms=curve,
+        utilization=after.utilization,
+        source="triton",
+    )
+
+
+def normalize_url(url: str, field: str) -> str:
+    """``host:port`` or ``http(s)://host:port[/path]``, without a trailing slash."""
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigError(f"{field} = {url!r}: must be a URL such as http://127.0.0.1:8000",
+                          field=field, value=url)
+    u = url.strip()
+    if "://" not in u:
+        u = "http://" + u
+    try:
+        parsed = httpx.URL(u)
+    except (httpx.InvalidURL, ValueError) as exc:
+        raise ConfigError(f"{field} = {url!r}: not a URL ({exc})", field=field, value=url) from exc
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ConfigError(
+            f"{field} = {url!r}: must be an http:// or https:// URL with a host",
+            field=field,
+            value=url,
+        )
+    return u.rstrip("/")
+
+
+def _default_metrics_url(http_url: str) -> str:
+    # Triton's default metrics port; a server started with other ports needs --metrics-url.
+    return str(httpx.URL(http_url).copy_with(port=8002, path="/metrics"))
+
+
+async def fetch(client: httpx.AsyncClient, url: str, timeout_s: float, what: str) -> httpx.Response:
+    """GET ``url``; every failure to get a 200 becomes a :class:`ScrapeError` naming it."""
+    try:
+        r = await client.get(url, timeout=timeout_s)
+    except httpx.TimeoutException as exc:
+        raise ScrapeError(f"{what} at {url} did not answer within {timeout_s:g} s", url=url) from exc
+    except httpx.HTTPError as exc:
+        raise ScrapeError(f"cannot reach {what} at {url}: {exc or type(exc).__name__}",
+                          url=url) from exc
+    if r.status_code != 200:
+        text = r.text.strip().replace("\n", " ")[:200]
+        reason = "missing_series" if r.status_code in (400, 404) and "model" in text else "unreachable"
+        raise ScrapeError(f"{what} at {url} answered HTTP {r.status_code}: {text}",
+                          reason=reason, url=url)
+    return r
+
+
+class TritonSource:
+    """Windows of one model, read straight from one Triton server.
+
+    >>> async with TritonSource("127.0.0.1:8000", "dense_mlp") as source:  # doctest: +SKIP
+    ...     await source.poll()          # first sample: None
+    ...     window = await source.poll() # the window since the first sample
+
+    Args:
+        url: Triton's HTTP endpoint (``/v2/models/M/stats``).
+        model: the model; its versions are summed.
+        metrics_url: Triton's ``/metrics``; default: ``url``'s host on port 8002.
+        utilization_url: a dcgm-exporter ``/metrics`` for ``DCGM_FI_DEV_GPU_UTIL``;
+            default: read ``nv_gpu_utilization`` from Triton's own metrics.
+        version: only this model version (default: all, summed).
+        batch_stats: read ``/v2/models/M/stats`` for the live batch curve and the
+            reload check; False reads ``/metrics`` only (no curve, and an
+            override reload is then invisible).
+        client: the HTTP client (default: one owned by the source).
+        clock: wall-clock seconds; windows are stamped with it.
+        timeout_s: per-request timeout.
+        max_age_s: a window whose newest data is older than this when built is
+            stale (``too_old``); None turns the check off.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        *,
+        metrics_url: str | None = None,
+        utilization_url: str | None = None,
+        version: str | None = None,
+        batch_stats: bool = True,
+        client: httpx.AsyncClient | None = None,
+        clock: Callable[[], float] = time.time,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_age_s: float | None = None,
+    ) -> None:
+        if not isinstance(model, str) or not model:
+            raise ConfigError(f"model = {model!r}: must be a model name", field="model", value=model)
+        if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
+            raise ConfigError(f"timeout_s = {timeout_s!r}: must be a number > 0",
+                              field="timeout_s", value=timeout_s)
+        if max_age_s is not None and not (math.isfinite(max_age_s) and max_age_s > 0):
+            raise ConfigError(f"max_age_s = {max_age_s!r}: must be a number > 0 (or None for off)",
+                              field="max_age_s", value=max_age_s)
+        self.url = normalize_url(url, "url")
+        self.metrics_url = (
+            normalize_url(metrics_url, "metrics_url") if metrics_url
+            else _default_metrics_url(self.url)
+        )
+        self.utilization_url = (
+            normalize_url(utilization_url, "utilization_url") if utilization_url else None
+        )
+        self.model = model
+        self.version = version
+        self.batch_stats = batch_stats
+        self.clock = clock
+        self.timeout_s = float(timeout_s)
+        self.max_age_s = max_age_s
+        self._client = client
+        self._owns_client = client is None
+        self._previous: TritonSample | None = None
+
+    @property
+    def stats_url(self) -> str:
+        base = f"{self.url}/v2/models/{self.model}"
+        if self.version is not None:
+            base += f"/versions/{self.version}"
+        return base + "/stats"
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient()
+        return self._client
+
+    async def sample(self) -> TritonSample:
+        """Read every endpoint once, concurrently. Raises :class:`ScrapeError`."""
+        client = self._http()
+        t0 = self.clock()
+        jobs: list[Any] = [fetch(client, self.metrics_url, self.timeout_s, "Triton metrics")]
+        if self.batch_stats:
+            jobs.append(fetch(client, self.stats_url, self.timeout_s, "Triton model statistics"))
+        if self.utilization_url:
+            jobs.append(fetch(client, self.utilization_url, self.timeout_s, "dcgm-exporter"))
+        responses = await asyncio.gather(*jobs)
+        t1 = self.clock()
+        metrics = parse_metrics(
+            _text(responses[0]), self.model, version=self.version, source=self.metrics_url
+        )
+        stats = None
+        if self.batch_stats:
+            try:
+                data = responses[1].json()
+            except ValueError as exc:
+                raise ScrapeError(f"{self.stats_url}: the body is not JSON", reason="malformed",
+                                  url=self.stats_url) from exc
+            stats = parse_stats(data, self.model, version=self.version, source=self.stats_url)
+        utilization = metrics.utilization
+        if self.utilization_url:
+            utilization = parse_utilization(_text(responses[-1]), source=self.utilization_url)
+        return TritonSample(taken_s=(t0 + t1) / 2, metrics=metrics, stats=stats,
+                            utilization=utilization)
+
+    async def poll(self) -> Window | None:
+        """Sample, and return the window since the previous good sample (None the first time).
+
+        A failed read raises :class:`~autobatch.errors.ScrapeError` and keeps the previous sample,
+        so the next window spans the gap. After a reset the new sample becomes
+        the baseline: one window is lost, the next is good.
+        """
+        current = await self.sample()
+        previous, self._previous = self._previous, current
+        if previous is None:
+            return None
+        return window_between(previous, current).aged(self.clock(), self.max_age_s)
+
+    def reset(self) -> None:
+        """Forget the previous sample (the next poll starts a new baseline)."""
+        self._previous = None
+
+    async def aclose(self) -> None:
+        if self._owns_client and self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def __aenter__(self) -> TritonSource:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def _text(response: httpx.Response) -> str:
+    try:
+        return response.text
+    except (UnicodeDecodeError, LookupError) as exc:
+        raise ScrapeError(f"{response.request.url}: the body is not text", reason="malformed",
+                          url=str(response.request.url)) from exc
+

@@ -1,0 +1,349 @@
+"""The sources' I/O edges with httpx.MockTransport and fake clocks (each boundary also has an
+integration test against the real server: tests/test_signals_triton.py, test_signals_prometheus.py)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from autobatch.errors import ConfigError, ScrapeError
+from autobatch.signals import PrometheusSource, TritonSource, make_source, windows
+
+M = "m"
+
+
+def exposition(success: int, execs: int, *, pending: int = 0) -> str:
+    lines = [
+        f'nv_inference_request_success{{model="m",version="1"}} {success}',
+        'nv_inference_request_failure{model="m",reason="REJECTED",version="1"} 0',
+        f'nv_inference_count{{model="m",version="1"}} {success * 2}',
+        f'nv_inference_exec_count{{model="m",version="1"}} {execs}',
+        f'nv_inference_queue_duration_us{{model="m",version="1"}} {success * 1000}',
+        f'nv_inference_compute_infer_duration_us{{model="m",version="1"}} {success * 5000}',
+        f'nv_inference_request_duration_us{{model="m",version="1"}} {success * 7000}',
+        f'nv_inference_pending_request_count{{model="m",version="1"}} {pending}',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def stats_body(execs: int, items: int) -> dict[str, Any]:
+    return {"model_stats": [{
+        "name": M, "version": "1", "inference_count": items, "execution_count": execs,
+        "inference_stats": {"success": {"count": items // 2, "ns": 0}},
+        "batch_stats": [{"batch_size": 2, "compute_infer": {"count": execs, "ns": execs * 4_000_000}}],
+    }]}
+
+
+class FakeTriton:
+    """A scripted Triton: each read serves the next state; ``fail`` makes the next read fail."""
+
+    def __init__(self) -> None:
+        self.success = 0
+        self.fail: Callable[[httpx.Request], httpx.Response] | None = None
+        self.dcgm: str | None = None
+        self.seen: list[str] = []
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        self.seen.append(request.url.path)
+        if self.fail is not None:
+            return self.fail(request)
+        if request.url.path == "/metrics" and request.url.port == 9400:
+            return httpx.Response(200, text=self.dcgm or "")
+        if request.url.path == "/metrics":
+            return httpx.Response(200, text=exposition(self.success, self.success))
+        if request.url.path == f"/v2/models/{M}/stats":
+            return httpx.Response(200, json=stats_body(self.success, self.success * 2))
+        return httpx.Response(404, json={"error": "not found"})
+
+
+class FakeClock:
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def source(fake: FakeTriton, clock: FakeClock, **kwargs: Any) -> TritonSource:
+    client = httpx.AsyncClient(transport=httpx.MockTransport(fake.handler))
+    return TritonSource("127.0.0.1:8000", M, client=client, clock=clock, **kwargs)
+
+
+async def test_first_poll_is_a_baseline_then_windows() -> None:
+    fake, clock = FakeTriton(), FakeClock()
+    src = source(fake, clock)
+    assert src.metrics_url == "http://127.0.0.1:8002/metrics"
+    assert await src.poll() is None
+    fake.success, clock.t = 50, 1002.0
+    w = await src.poll()
+    assert w is not None and not w.stale
+    assert (w.start_s, w.end_s) == (1000.0, 1002.0)
+    assert w.success_rps == 25.0 and w.mean_batch_size == 2.0 and w.mean_queue_ms == 1.0
+    assert w.batch_curve_ms == {2: 4.0}
+    assert sorted(set(fake.seen)) == ["/metrics", f"/v2/models/{M}/stats"]
+
+
+def _refused(request: httpx.Request) -> httpx.Response:
+    raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+
+
+def _timeout(request: httpx.Request) -> httpx.Response:
+    raise httpx.ReadTimeout("timed out", request=request)
+
+
+@pytest.mark.parametrize(
+    ("fail", "reason", "words"),
+    [
+        (_refused, "unreachable", "cannot reach"),
+        (_timeout, "unreachable", "did not answer within"),
+        (lambda r: httpx.Response(503, text="unavailable"), "unreachable", "HTTP 503"),
+        (lambda r: httpx.Response(400, json={"error": "requested model 'm' is not available"}),
+         "missing_series", "not available"),
+        (lambda r: httpx.Response(200, text="{not exposition"), "malformed", "not valid"),
+    ],
+)
+async def test_read_failures_are_scrape_errors(fail: Any, reason: str, words: str) -> None:
+    fake, clock = FakeTriton(), FakeClock()
+    src = source(fake, clock)
+    fake.fail = fail
+    with pytest.raises(ScrapeError) as info:
+        await src.poll()
+    assert info.value.reason == reason
+    assert words in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+async def test_stats_body_not_json() -> None:
+    fake, clock = FakeTriton(), FakeClock()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/stats"):
+            return httpx.Response(200, text="<html>")
+        return fake.handler(request)
+
+    src = TritonSource("127.0.0.1:8000", M, clock=clock,
+                       client=httpx.AsyncClient(transport=httpx.MockTransport(handler)))
+    with pytest.raises(ScrapeError) as info:
+        await src.poll()
+    assert info.value.reason == "malformed"
+
+
+async def test_a_failed_read_keeps_the_previous_sample() -> None:
+    fake, clock = FakeTriton(), FakeClock()
+    src = source(fake, clock)
+    await src.poll()
+    fake.fail, clock.t = _refused, 1001.0
+    with pytest.raises(ScrapeError):
+        await src.poll()
+    fake.fail, fake.success, clock.t = None, 30, 1003.0
+    w = await src.poll()
+    assert w is not None and (w.start_s, w.interval_s, w.success_rps) == (1000.0, 3.0, 10.0)
+
+
+async def test_max_age() -> None:
+    fake = FakeTriton()
+    # clock reads: sample 1 (two), sample 2 (two), then the age check 4 s after sample 2
+    times = iter([0.0, 0.0, 5.0, 5.0, 9.0])
+    src = source(fake, FakeClock(), max_age_s=3.0)
+    src.clock = lambda: next(times)
+    await src.poll()
+    fake.success = 10
+    w = await src.poll()
+    assert w is not None and w.stale and w.stale_reason == "too_old"
+
+
+async def test_utilization_from_a_dcgm_exporter() -> None:
+    fake, clock = FakeTriton(), FakeClock()
+    fake.dcgm = 'DCGM_FI_DEV_GPU_UTIL{gpu="0"} 30\nDCGM_FI_DEV_GPU_UTIL{gpu="1"} 50\n'
+    src = source(fake, clock, utilization_url="http://127.0.0.1:9400/metrics")
+    await src.poll()
+    fake.success, clock.t = 10, 1001.0
+    w = await src.poll()
+    assert w is not None and w.utilization == pytest.approx(0.4)
+
+
+async def test_without_batch_stats_only_metrics_is_read() -> None:
+    fake, clock = FakeTriton(), FakeClock()
+    src = source(fake, clock, batch_stats=False)
+    await src.poll()
+    fake.success, clock.t = 10, 1001.0
+    w = await src.poll()
+    assert w is not None and not w.stale and w.batch_curve_ms == {}
+    assert set(fake.seen) == {"/metrics"}
+
+
+# -- the polling loop ----------------------------------------------------------------------
+
+
+class FakeTime:
+    """Monotonic time that only moves when the loop sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+async def test_windows_turns_later_failures_into_stale_windows() -> None:
+    fake, clock, t = FakeTriton(), FakeClock(), FakeTime()
+    src = source(fake, clock)
+    # what each poll after the first meets: good, refused, malformed, good
+    script: list[Any] = [None, _refused, lambda r: httpx.Response(200, text="x{"), None]
+
+    async def sleep(seconds: float) -> None:
+        await t.sleep(seconds)
+        clock.t += seconds
+        fake.success += 10
+        fake.fail = script.pop(0)
+
+    got = [w async for w in windows(src, 1.0, count=4, monotonic=t.monotonic, sleep=sleep)]
+    assert [w.stale_reason for w in got] == [None, "unreachable", "malformed", None]
+    assert got[1].stale_detail and "Connection refused" in got[1].stale_detail
+    assert [w.end_s for w in got] == [1001.0, 1002.0, 1003.0, 1004.0]
+    # the last good window spans the two failed reads, from the last good sample
+    assert (got[3].start_s, got[3].success_rps) == (1001.0, 10.0)
+    assert t.sleeps == [1.0] * 4
+
+
+async def test_windows_raises_on_a_first_failure() -> None:
+    fake, t = FakeTriton(), FakeTime()
+    fake.fail = _refused
+    with pytest.raises(ScrapeError):
+        async for _ in windows(source(fake, FakeClock()), 1.0, monotonic=t.monotonic,
+                               sleep=t.sleep):
+            pass
+
+
+async def test_windows_pace_skips_missed_ticks() -> None:
+    fake, clock, t = FakeTriton(), FakeClock(), FakeTime()
+    src = source(fake, clock)
+    slow = src.poll
+
+    async def poll() -> Any:
+        t.now += 2.5  # a scrape slower than the interval
+        return await slow()
+
+    src.poll = poll  # type: ignore[method-assign]
+    async for _ in windows(src, 1.0, count=2, monotonic=t.monotonic, sleep=t.sleep):
+        clock.t += 3.0
+        fake.success += 1
+    # each poll ends past the next tick: wait for the tick after, never a burst
+    assert t.sleeps == pytest.approx([0.5, 0.5])
+
+
+@pytest.mark.parametrize(("interval", "count"), [(0, None), (-1, None), (1, 0), (1, True)])
+async def test_windows_bad_arguments(interval: float, count: Any) -> None:
+    with pytest.raises(ConfigError):
+        async for _ in windows(source(FakeTriton(), FakeClock()), interval, count=count):
+            pass
+
+
+# -- Prometheus ----------------------------------------------------------------------------
+
+
+def prometheus_handler(request: httpx.Request) -> httpx.Response:
+    query = request.url.params["query"]
+    assert request.url.path == "/api/v1/query" and request.url.params["time"] == "1000.000"
+    value = {
+        "rate(nv_inference_request_success": 40, "rate(nv_inference_count": 80,
+        "rate(nv_inference_exec_count": 20, "rate(nv_inference_queue_duration_us": 80_000,
+        "rate(nv_inference_compute_infer_duration_us": 200_000,
+        "rate(nv_inference_request_duration_us": 400_000, "resets(": 0,
+        "timestamp(": 999.0, "delta(": 0, "(nv_inference_pending_request_count": 1,
+    }
+    for needle, v in value.items():
+        if needle in query:
+            result = [{"metric": {"model": M}, "value": [1000.0, str(v)]}]
+            break
+    else:
+        result = []
+    return httpx.Response(200, json={"status": "success",
+                                     "data": {"resultType": "vector", "result": result}})
+
+
+async def test_prometheus_source() -> None:
+    client = httpx.AsyncClient(transport=httpx.MockTransport(prometheus_handler))
+    src = PrometheusSource("http://prom:9090/", M, range_s=10, client=client, clock=lambda: 1000.0)
+    w = await src.poll()
+    assert not w.stale and w.source == "prometheus"
+    assert (w.start_s, w.end_s) == (989.0, 999.0)
+    assert (w.success_rps, w.mean_batch_size, w.mean_queue_ms, w.mean_compute_ms) == (40, 4, 2, 5)
+    assert w.pending_requests == 1 and w.p95_ms is None and w.utilization is None
+
+
+@pytest.mark.parametrize(
+    ("response", "error", "words"),
+    [
+        (httpx.Response(400, json={"status": "error", "errorType": "bad_data",
+                                   "error": "parse error at char 5"}), ConfigError, "selector"),
+        (httpx.Response(503, text="Service Unavailable"), ScrapeError, "without a JSON body"),
+        (httpx.Response(200, json={"status": "success", "data": {"resultType": "matrix",
+                                                                 "result": []}}),
+         ScrapeError, "instant vector"),
+        (httpx.Response(422, json={"status": "error", "errorType": "execution",
+                                   "error": "query timed out"}), ScrapeError, "timed out"),
+    ],
+)
+async def test_prometheus_errors(response: httpx.Response, error: type, words: str) -> None:
+    client = httpx.AsyncClient(transport=httpx.MockTransport(lambda r: response))
+    src = PrometheusSource("prom:9090", M, selector="job=", client=client)
+    with pytest.raises(error) as info:
+        await src.poll()
+    assert words in str(info.value) and "\n" not in str(info.value)
+
+
+async def test_prometheus_stale_scrape_is_too_old() -> None:
+    client = httpx.AsyncClient(transport=httpx.MockTransport(prometheus_handler))
+    src = PrometheusSource("prom:9090", M, range_s=10, client=client, clock=lambda: 1000.0,
+                           max_age_s=0.5)
+    w = await src.poll()  # newest scrape at 999.0, 1 s before now
+    assert w.stale and w.stale_reason == "too_old"
+
+
+# -- make_source (the CLI's options) -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "flag"),
+    [
+        ({"source": "kafka"}, "--source"),
+        ({"url": "ftp://x"}, "--url"),
+        ({"url": ""}, "--url"),
+        ({"metrics_url": "ftp://x:1/metrics"}, "--metrics-url"),
+        ({"selector": 'job="x"'}, "--selector"),
+        ({"range_s": 10.0}, "--range"),
+        ({"source": "prometheus", "metrics_url": "x:1"}, "--metrics-url"),
+        ({"source": "prometheus", "range_s": -1.0}, "--range"),
+        ({"max_age_s": 0.0}, "--max-age"),
+    ],
+)
+def test_make_source_bad_input_names_the_flag(kwargs: dict[str, Any], flag: str) -> None:
+    args = {"source": "triton", "url": "127.0.0.1:8000", "model": M, **kwargs}
+    with pytest.raises(ConfigError) as info:
+        make_source(args.pop("source"), args.pop("url"), args.pop("model"), **args)
+    assert str(info.value).startswith(flag) and "\n" not in str(info.value)
+
+
+def test_make_source() -> None:
+    t = make_source("triton", "localhost:18000", M, metrics_url="localhost:18002/metrics")
+    assert isinstance(t, TritonSource) and t.stats_url == "http://localhost:18000/v2/models/m/stats"
+    p = make_source("prometheus", "localhost:9090", M, selector='job="t"', range_s=5)
+    assert isinstance(p, PrometheusSource) and p.promql.range_s == 5
+
+
+def test_json_is_not_used_as_metrics() -> None:
+    # the JSON Triton serves on its HTTP port is not exposition text
+    from autobatch.signals import parse_metrics
+
+    with pytest.raises(ScrapeError):
+        parse_metrics(json.dumps({"name": "triton", "version": "2.51.0"}), M)
