@@ -42,7 +42,7 @@ class RequestRecord:
     scheduled_s: float
     """When the schedule said to send it."""
     sent_s: float | None
-    """When it was actually handed to the client; None if it never was."""
+    """When the generator handed it to the client library; None if it never did."""
     latency_ms: float | None
     """Send to response (or error); None if it never finished."""
     outcome: str

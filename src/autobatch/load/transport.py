@@ -82,6 +82,11 @@ def classify_error(exc: BaseException) -> tuple[str, str]:
     return type(exc).__name__, str(exc)
 
 
+def _first_line(message: str) -> str:
+    lines = (message or "").strip().splitlines()
+    return lines[0] if lines else "no message"
+
+
 # -- inputs --------------------------------------------------------------------------------
 
 
@@ -181,7 +186,7 @@ class Transport:
         _, message = classify_error(exc)
         port = "8001" if self.protocol == "grpc" else "8000"
         return LoadError(
-            f"cannot reach Triton over {self.protocol} at {self.url}: {message.splitlines()[0]}; "
+            f"cannot reach Triton over {self.protocol} at {self.url}: {_first_line(message)}; "
             f"is it running? (`autobatch serve` starts one; {self.protocol} listens on "
             f"port {port} by default)"
         )
@@ -204,7 +209,7 @@ class Transport:
             kind, message = classify_error(exc)
             raise LoadError(
                 f"reading the config of model {self.model!r} from {self.url} failed "
-                f"({kind}: {message.splitlines()[0]})"
+                f"({kind}: {_first_line(message)})"
             ) from exc
         data = synthesize_inputs(config, batch_size=batch_size, seed=seed, model=self.model)
         self.inputs = [self._make_input(d) for d in data]
@@ -213,7 +218,7 @@ class Transport:
         try:
             index = await self._index()
         except Exception:
-            index = []
+            index = []  # only feeds the hint about other models; the error stands without it
         ready = sorted(m["name"] for m in index if m.get("state") == "READY")
         mine = [m for m in index if m.get("name") == self.model]
         if mine:
@@ -241,7 +246,7 @@ class Transport:
             kind, message = classify_error(exc)
             raise LoadError(
                 f"model {self.model!r} failed the first (warm-up) request ({kind}: "
-                f"{message.splitlines()[0] if message else 'no message'}); nothing was measured"
+                f"{_first_line(message)}); nothing was measured"
             ) from exc
 
     async def _live(self) -> bool:
