@@ -271,5 +271,91 @@ def load(
         err.print(f"autobatch: warning: {warning}", markup=False, highlight=False, soft_wrap=True)
 
 
+# -- watch ---------------------------------------------------------------------------------
+
+
+@app.command()
+def watch(
+    url: Annotated[
+        str, typer.Option(help="Triton's HTTP endpoint (or Prometheus's, with --source prometheus).")
+    ],
+    model: Annotated[str, typer.Option(help="The model to watch (its versions are summed).")],
+    source: Annotated[str, typer.Option(help="triton (direct) or prometheus (fleet, PromQL).")] = (
+        "triton"
+    ),
+    metrics_url: Annotated[
+        str | None, typer.Option(help="Triton's /metrics [default: --url's host, port 8002].")
+    ] = None,
+    utilization_url: Annotated[
+        str | None, typer.Option(help="A dcgm-exporter /metrics for DCGM_FI_DEV_GPU_UTIL.")
+    ] = None,
+    selector: Annotated[
+        str | None, typer.Option(help='Prometheus only: extra label matchers, e.g. job="triton".')
+    ] = None,
+    range_s: Annotated[
+        float | None, typer.Option("--range", help="Prometheus only: rate() range, seconds [30].")
+    ] = None,
+    interval: Annotated[float, typer.Option(help="Seconds between samples.")] = 1.0,
+    count: Annotated[int | None, typer.Option(help="Stop after this many windows.")] = None,
+    max_age: Annotated[
+        float | None, typer.Option(help="Mark windows whose data is older than this stale (s).")
+    ] = None,
+    rows: Annotated[int, typer.Option(help="Windows kept on screen in the table.")] = 20,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="One JSON window per line (the replay trace format).")
+    ] = False,
+) -> None:
+    """Print live windows of one model: rates, batch size, queue time, p95, batch curve.
+
+    The --json lines are Window.to_dict() and read back with Window.from_dict:
+    the trace format of `autobatch replay`. Ctrl-C stops.
+
+    Example: autobatch watch --url 127.0.0.1:8000 --model dense_mlp --interval 2
+
+    Example: autobatch watch --source prometheus --url 127.0.0.1:9090 --model dense_mlp
+    --selector 'job="triton"' --json > trace.jsonl
+    """
+    from collections import deque
+
+    from rich.live import Live
+
+    from autobatch.signals import make_source
+    from autobatch.signals import watch as run_watch
+    from autobatch.signals.table import window_table
+
+    if not interval > 0:
+        raise ConfigError(f"--interval = {interval:g}: must be > 0 seconds")
+    if count is not None and count < 1:
+        raise ConfigError(f"--count = {count}: must be >= 1")
+    if rows < 1:
+        raise ConfigError(f"--rows = {rows}: must be >= 1")
+    src = make_source(
+        source,
+        url,
+        model,
+        metrics_url=metrics_url,
+        utilization_url=utilization_url,
+        selector=selector,
+        range_s=range_s,
+        max_age_s=max_age,
+    )
+    try:
+        if json_output:
+            run_watch(src, interval, lambda w: print_json(w.to_dict()), count=count)
+            return
+        recent: deque[Any] = deque(maxlen=rows)
+        title = f"{model} via {source} {url}"
+        with Live(window_table(recent, title=title), console=out, auto_refresh=False) as live:
+
+            def show(window: Any) -> None:
+                recent.append(window)
+                live.update(window_table(recent, title=title), refresh=True)
+
+            run_watch(src, interval, show, count=count)
+    except KeyboardInterrupt:
+        # Ctrl-C is how a watch ends; it is not an error.
+        return
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

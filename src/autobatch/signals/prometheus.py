@@ -36,7 +36,6 @@ from typing import Any
 import httpx
 
 from autobatch.errors import ConfigError, ScrapeError
-from autobatch.signals.parse import COUNTERS
 from autobatch.signals.triton import DEFAULT_TIMEOUT_S, normalize_url
 from autobatch.signals.window import StaleReason, Window
 
@@ -103,7 +102,6 @@ class PromQL:
         u = (self.selector if self.utilization_selector is None
              else self.utilization_selector).strip().strip(",")
         gpu = f"{{{u}}}" if u else ""
-        counters = "|".join(n.removeprefix("nv_inference_") for n in COUNTERS)
         p95 = self._series(SUMMARY, ',quantile="0.95"')
         p99 = self._series(SUMMARY, ',quantile="0.99"')
         return {
@@ -121,9 +119,11 @@ class PromQL:
             # `>= 0` drops the NaN an empty summary reads, so max sees only real quantiles.
             "p95_us": f"max by (model) ({p95} >= 0)",
             "p99_us": f"max by (model) ({p99} >= 0)",
+            # resets() drops the metric name, so one regex over every counter would
+            # collide; a restart resets them all, and these two are always exported.
             "resets": (
-                f'sum by (model) (resets({{__name__=~"nv_inference_({counters})",'
-                f"{self.matchers}}}[{r}]))"
+                f"sum by (model) (resets({self._series('nv_inference_exec_count')}[{r}])) + "
+                f"sum by (model) (resets({self._series('nv_inference_request_success')}[{r}]))"
             ),
             "newest_s": f"max by (model) (timestamp({self._series('nv_inference_request_success')}))",
             "nv_gpu_util": f"avg(nv_gpu_utilization{gpu})",

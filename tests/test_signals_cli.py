@@ -1,0 +1,77 @@
+"""``autobatch watch`` as an operator runs it, against the real Triton."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autobatch.serve import EMULATOR_MODEL, free_port
+from autobatch.signals import Window
+
+AUTOBATCH = [str(Path(sys.executable).parent / "autobatch")]
+
+
+def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*AUTOBATCH, "watch", *args], capture_output=True, text=True,
+                          timeout=timeout, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+
+
+@pytest.mark.triton
+def test_watch_json_lines_are_the_trace_format(triton: Any) -> None:
+    r = run("--url", triton.urls.http, "--metrics-url", triton.urls.metrics,
+            "--model", EMULATOR_MODEL, "--json", "--count", "2", "--interval", "0.3")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 2
+    windows = [Window.from_dict(json.loads(line)) for line in lines]
+    assert all(w.model == EMULATOR_MODEL and w.source == "triton" and not w.stale for w in windows)
+    assert windows[0].end_s == windows[1].start_s
+    assert json.loads(lines[0])["interval_s"] > 0
+
+
+@pytest.mark.triton
+def test_watch_table(triton: Any) -> None:
+    r = run("--url", triton.urls.http, "--metrics-url", triton.urls.metrics,
+            "--model", EMULATOR_MODEL, "--count", "1", "--interval", "0.2")
+    assert r.returncode == 0, r.stderr
+    assert "req/s" in r.stdout and "queue ms" in r.stdout and "p95 ms" in r.stdout
+
+
+@pytest.mark.triton
+def test_watch_unknown_model_is_one_line_and_exit_2(triton: Any) -> None:
+    r = run("--url", triton.urls.http, "--metrics-url", triton.urls.metrics,
+            "--model", "no_such_model", "--count", "1")
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "no_such_model" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "start"),
+    [
+        (["--interval", "0"], "autobatch: error: --interval = 0"),
+        (["--count", "0"], "autobatch: error: --count = 0"),
+        (["--source", "kafka"], "autobatch: error: --source = 'kafka'"),
+        (["--selector", 'job="x"'], "autobatch: error: --selector"),
+        (["--url", "ftp://x"], "autobatch: error: --url = 'ftp://x'"),
+    ],
+)
+def test_watch_bad_input(args: list[str], start: str) -> None:
+    base = {"--url": "127.0.0.1:1", "--model": "m"}
+    for flag, value in zip(args[::2], args[1::2]):
+        base[flag] = value
+    r = run(*[x for kv in base.items() for x in kv], timeout=30)
+    assert r.returncode == 2
+    assert r.stderr.startswith(start) and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_watch_unreachable_is_one_line_and_exit_2() -> None:
+    port = free_port()
+    r = run("--url", f"127.0.0.1:{port}", "--metrics-url", f"127.0.0.1:{port}/metrics",
+            "--model", "m", "--count", "1", timeout=30)
+    assert r.returncode == 2
+    assert r.stderr.startswith("autobatch: error: cannot reach") and r.stderr.count("\n") == 1
