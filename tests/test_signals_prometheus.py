@@ -122,6 +122,9 @@ async def test_promql_window_agrees_with_the_direct_one(triton: Any, prometheus:
         p = await one.poll()
     assert not p.stale, p.stale_detail
     assert p.source == "prometheus"
+    print(f"direct {w.success_rps:.2f} rps, queue {w.mean_queue_ms:.3f} ms, batch "
+          f"{w.mean_batch_size:.3f} over {range_s:.2f} s; PromQL replica a {p.success_rps:.2f} rps, "
+          f"queue {p.mean_queue_ms} ms, batch {p.mean_batch_size}")
     assert p.success_rps == pytest.approx(w.success_rps, rel=0.15)
     assert p.mean_queue_ms == pytest.approx(w.mean_queue_ms, rel=0.15)
     assert p.mean_batch_size == pytest.approx(w.mean_batch_size, rel=0.15)
@@ -132,6 +135,7 @@ async def test_promql_window_agrees_with_the_direct_one(triton: Any, prometheus:
     async with fleet('job="triton"') as both:
         f = await both.poll()
     assert not f.stale, f.stale_detail
+    print(f"PromQL both replicas {f.success_rps:.2f} rps, queue {f.mean_queue_ms} ms")
     assert f.success_rps == pytest.approx(2 * w.success_rps, rel=0.15)
     assert f.mean_queue_ms == pytest.approx(w.mean_queue_ms, rel=0.15)
 

@@ -98,6 +98,11 @@ async def test_window_agrees_with_the_load_generator(
         w = window_between(a, b)
     assert not w.stale, w.stale_detail
     generator_rps = load.completed_between(a.taken_s, b.taken_s) / w.interval_s
+    # shown with `pytest -rP`: the figures behind the assertions
+    print(f"{rate_rps:g} rps x batch {batch_size}: window {w.request_rps:.2f} rps vs generator "
+          f"{generator_rps:.2f} rps; mean batch {w.mean_batch_size} (/metrics) vs "
+          f"{batch_stats_mean(a, b):.3f} (/stats batch_stats); items/request "
+          f"{w.inference_rps / w.request_rps:.3f}; queue {w.mean_queue_ms} ms over {w.interval_s:.2f} s")
     assert w.request_rps == pytest.approx(generator_rps, rel=0.10)
     assert w.failures_rps == 0
     # items per request: exactly what the generator put in each request
