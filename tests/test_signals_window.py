@@ -363,3 +363,15 @@ def test_window_from_results_malformed(result: list[Any]) -> None:
     with pytest.raises(ScrapeError) as info:
         window_from_results({**GOOD, "exec": result}, queries=Q, evaluated_s=1000.0)
     assert info.value.reason == "malformed"
+
+
+def test_public_names() -> None:
+    import autobatch.signals as signals
+
+    assert sorted(signals.__all__) == sorted([
+        "MetricsSample", "PromQL", "PrometheusSource", "SignalSource", "StaleReason",
+        "StatsSample", "TritonSample", "TritonSource", "Window", "make_source", "parse_metrics",
+        "parse_stats", "parse_utilization", "watch", "window_between", "window_from_results",
+        "windows",
+    ])
+    assert all(hasattr(signals, name) for name in signals.__all__)
