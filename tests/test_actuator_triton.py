@@ -1,0 +1,276 @@
+"""The reload actuator against the real Triton: swaps, swaps under load, a refused
+profile, a restart, file mode.
+
+One server for the module, of its own (these tests reload the model and restart
+the server), on a copy of dense_mlp's repository folder so file mode can write
+its config.pbtxt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import shutil
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from autobatch.actuators import TritonReloadActuator
+from autobatch.load import run_load
+from autobatch.profiles import load_profiles, parse_pbtxt
+from autobatch.schedule import Schedule
+
+from .conftest import PROFILES, REPOSITORY
+
+pytestmark = pytest.mark.triton
+
+MODEL = "dense_mlp"
+SWAPS = 20
+LOAD_RPS = 25.0
+STEADY_S = 4.0
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("repo")
+    shutil.copytree(REPOSITORY / MODEL, root / MODEL, ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(repo) -> Iterator[Any]:
+    from autobatch.serve import TritonServer
+
+    with TritonServer.on_free_ports(repo, models=[MODEL]) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def profiles() -> dict[str, Any]:
+    return load_profiles(PROFILES / MODEL)
+
+
+@pytest.fixture(scope="module")
+def ladder(profiles) -> list[Any]:
+    return [profiles["latency-soft"], profiles["balanced"], profiles["aggressive"]]
+
+
+@pytest.fixture
+async def actuator(server, ladder):
+    act = TritonReloadActuator(server.urls.http, MODEL, ladder)
+    yield act
+    await act.aclose()
+
+
+def live_config(server) -> dict[str, Any]:
+    """The config as Triton reports it, read without the actuator."""
+    r = httpx.get(f"{server.urls.http}/v2/models/{MODEL}/config", timeout=10)
+    r.raise_for_status()
+    return r.json()
+
+
+def batching(config: dict[str, Any]) -> tuple[list[int], int]:
+    db = config["dynamic_batching"]
+    return sorted(db["preferred_batch_size"]), int(db["max_queue_delay_microseconds"])
+
+
+def expected(profile) -> tuple[list[int], int]:
+    return sorted(profile.preferred_batch_size), profile.max_queue_delay_us
+
+
+class BackgroundLoad:
+    """The load generator in a thread, open-loop, until stopped (bounded by ``max_s``).
+
+    Each completed request is kept as (sent, done, outcome) on ``time.monotonic``,
+    the clock of the generator's event loop, so it lines up with swap times.
+    """
+
+    def __init__(self, server, rate_rps: float, max_s: float, seed: int = 0) -> None:
+        self.url = server.urls.grpc
+        self.schedule = Schedule.constant(rate_rps, max_s)
+        self.seed = seed
+        self.stop = threading.Event()
+        self.first = threading.Event()
+        self.done: list[tuple[float, float, str]] = []
+        self.report: Any = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="load", daemon=True)
+
+    def _on_record(self, rec) -> None:
+        now = time.monotonic()
+        if rec.latency_ms is not None:
+            self.done.append((now - rec.latency_ms / 1000.0, now, rec.outcome))
+        self.first.set()
+
+    def _run(self) -> None:
+        try:
+            self.report = run_load(
+                self.url, MODEL, self.schedule, seed=self.seed, on_record=self._on_record, stop=self.stop
+            )
+        except BaseException as exc:  # re-raised in the test's thread
+            self.error = exc
+        finally:
+            self.first.set()
+
+    def __enter__(self) -> BackgroundLoad:
+        self.thread.start()
+        assert self.first.wait(120), "the load generator sent nothing in 120 s"
+        if self.error is not None:
+            raise self.error
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(60)
+        assert not self.thread.is_alive(), "the load generator did not stop"
+        if self.error is not None and exc[0] is None:
+            raise self.error
+
+
+def p99_ms(latencies: list[float]) -> float | None:
+    return float(np.percentile(latencies, 99)) if latencies else None
+
+
+# -- swaps ---------------------------------------------------------------------------------
+
+
+async def test_each_profile_applies_and_reads_back(actuator, server, ladder):
+    for profile in ladder:
+        result = await actuator.apply(profile)
+        assert result.ok and result.reason in ("applied", "unchanged"), result.message
+        assert result.active == profile.name
+        assert batching(live_config(server)) == expected(profile)
+        assert live_config(server)["max_batch_size"] == profile.max_batch_size
+        assert await actuator.live_profile() == profile.name
+    again = await actuator.apply(ladder[-1])
+    assert again.reason == "unchanged" and again.load_s is None
+
+
+async def test_reload_swaps_under_load_fail_no_request(actuator, server, profiles, capsys):
+    """The must-show: zero failed requests over 20 reload swaps under sustained load."""
+    first = await actuator.apply(profiles["aggressive"])  # cheap if already live
+    assert first.ok, first.message
+    order = [profiles["latency-soft"], profiles["aggressive"]] * (SWAPS // 2)
+    results = []
+    windows: list[tuple[float, float]] = []
+    with BackgroundLoad(server, LOAD_RPS, max_s=240.0, seed=4) as load:
+        # A few seconds without swaps, for the steady-state tail to compare with.
+        steady_until = time.monotonic() + STEADY_S
+        while time.monotonic() < steady_until:
+            await asyncio.sleep(0.1)
+        for profile in order:
+            start = time.monotonic()
+            result = await actuator.apply(profile)
+            windows.append((start, time.monotonic()))
+            results.append(result)
+            if not result.ok:
+                break
+            # Read back independently of the actuator's own verification.
+            assert batching(live_config(server)) == expected(profile)
+    report = load.report
+    assert report is not None
+
+    assert [r.reason for r in results] == ["applied"] * SWAPS, [r.message for r in results if not r.ok]
+    assert report.total.sent > 0 and report.total.failures == {}, dict(report.total.failures)
+    assert report.total.ok == report.total.sent
+    # Requests were in flight across every swap, so the zero above means something.
+    for start, end in windows:
+        assert any(sent < end and done > start for sent, done, _ in load.done)
+
+    during, steady = [], []
+    for sent, done, _ in load.done:
+        inside = any(sent < end and done > start for start, end in windows)
+        (during if inside else steady).append((done - sent) * 1000.0)
+    loads = [r.load_s for r in results]
+    with capsys.disabled():
+        print(
+            f"\n[actuator] {SWAPS} swaps under {LOAD_RPS:g} req/s: load_s median "
+            f"{statistics.median(loads):.2f} max {max(loads):.2f}; whole apply median "
+            f"{statistics.median(r.duration_s for r in results):.2f} s; requests "
+            f"{report.total.sent}, failed {report.total.failed}; p50/p99/max during swaps "
+            f"{np.percentile(during, 50):.1f}/{p99_ms(during):.1f}/{max(during):.1f} ms (n={len(during)}), "
+            f"steady {np.percentile(steady, 50):.1f}/{p99_ms(steady):.1f}/{max(steady):.1f} ms "
+            f"(n={len(steady)})"
+        )
+
+
+async def test_a_profile_triton_refuses_is_rolled_back_and_the_model_keeps_serving(
+    actuator, server, profiles
+):
+    """The must-show: passes the local checks, refused by Triton -> back to the last good."""
+    good = profiles["balanced"]
+    assert (await actuator.apply(good)).ok
+    gpu = dataclasses.replace(profiles["aggressive"], name="aggressive-gpu", instance_kind="KIND_GPU")
+    gpu.check()
+    gpu.validate_against(live_config(server))  # the local checks pass: only Triton knows there is no GPU
+
+    with BackgroundLoad(server, 20.0, max_s=120.0, seed=5) as load:
+        result = await actuator.apply(gpu)
+        refused_at = time.monotonic()
+        # The model keeps serving: wait for requests sent after the refusal to come back.
+        deadline = refused_at + 60.0
+        while sum(sent > refused_at for sent, _, _ in load.done) < 20 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        after = [outcome for sent, _, outcome in load.done if sent > refused_at]
+    assert not result.ok and result.reason == "rejected", result.message
+    assert "no GPUs are available" in result.message
+    assert result.rolled_back and result.active == "balanced"
+    assert batching(live_config(server)) == expected(good)
+    assert live_config(server)["instance_group"][0]["kind"] == "KIND_CPU"
+    assert await actuator.live_profile() == "balanced"
+    assert len(after) >= 20 and set(after) == {"ok"}
+    assert load.report.total.failures == {}
+
+
+async def test_a_restart_drops_an_override_and_keeps_a_file_mode_profile(
+    actuator, server, ladder, profiles, repo
+):
+    """One restart shows both: file mode's profile survives it, an override does not.
+
+    The file-mode actuator writes ``balanced`` into config.pbtxt; the override
+    actuator then loads ``aggressive`` on top. After the restart Triton runs the
+    file, ``balanced``: the file-mode actuator finds nothing to do, the override
+    actuator notices its profile is gone and puts it back.
+    """
+    path = repo / MODEL / "config.pbtxt"
+    original = path.read_text()
+    file_act = TritonReloadActuator(server.urls.http, MODEL, ladder, repository=repo)
+    try:
+        result = await file_act.apply(profiles["balanced"])
+        assert result.ok, result.message
+        assert batching(parse_pbtxt(path.read_text())) == expected(profiles["balanced"])
+        assert batching(live_config(server)) == expected(profiles["balanced"])
+
+        # Refused by Triton in file mode: the file is put back as it was.
+        written = path.read_text()
+        gpu = dataclasses.replace(profiles["aggressive"], name="aggressive-gpu", instance_kind="KIND_GPU")
+        refused = await file_act.apply(gpu)
+        assert refused.reason == "rejected" and refused.rolled_back and refused.active == "balanced"
+        assert path.read_text() == written
+
+        wanted = profiles["aggressive"]
+        assert (await actuator.apply(wanted)).ok
+        assert await actuator.reconcile(wanted) is None
+
+        server.stop()
+        down = await actuator.reconcile(wanted)
+        assert down is not None and not down.ok and down.reason == "unreachable"
+        server.start()
+
+        assert batching(live_config(server)) == expected(profiles["balanced"])
+        assert await file_act.reconcile(profiles["balanced"]) is None
+        assert await actuator.live_profile() == "balanced"
+        result = await actuator.reconcile(wanted)
+        assert result is not None and result.ok and result.reason == "reapplied", result
+        assert batching(live_config(server)) == expected(wanted)
+        assert await actuator.reconcile(wanted) is None
+    finally:
+        await file_act.aclose()
+        path.write_text(original)
