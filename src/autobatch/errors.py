@@ -14,6 +14,8 @@ ever catch ``AutobatchError`` subclasses::
      +-- ActuationError       a profile could not be applied
      +-- BatcherError         the SDK micro-batcher
      |    +-- QueueFullError  the batcher's queue is full and backpressure is "raise"
+     |    +-- DeadlineExceededError  a request's timeout passed (also a TimeoutError)
+     |    +-- InvalidRequestError    refused before batching: malformed (also a ValueError)
      +-- LoadError            the load generator could not run
 
 Every message is a sentence that says what is wrong and, where it can, what to
@@ -30,6 +32,8 @@ __all__ = [
     "AutobatchError",
     "BatcherError",
     "ConfigError",
+    "DeadlineExceededError",
+    "InvalidRequestError",
     "LoadError",
     "ProfileError",
     "QueueFullError",
@@ -115,6 +119,21 @@ class BatcherError(AutobatchError):
 
 class QueueFullError(BatcherError):
     """The micro-batcher's queue is full and its backpressure mode is ``raise``."""
+
+
+class DeadlineExceededError(BatcherError, TimeoutError):
+    """A micro-batcher request got no result within its ``timeout_s``.
+
+    Also a :class:`TimeoutError`, so ``except TimeoutError`` catches it as well.
+    """
+
+
+class InvalidRequestError(BatcherError, ValueError):
+    """A request refused before batching (missing input, wrong dtype or shape, too
+    large a batch), so one malformed caller cannot fail a whole batch.
+
+    Also a :class:`ValueError`.
+    """
 
 
 class LoadError(AutobatchError):
