@@ -75,20 +75,28 @@ class FakeTriton:
         self.on_load: Callable[[dict[str, Any]], tuple[int, str]] = lambda cfg: (200, "")
         self.store: Callable[[dict[str, Any]], dict[str, Any]] = lambda cfg: cfg
         self.down = False
-        self.load_hangs = False
+        self.hang_loads = 0
+        """How many of the next loads outlive the client's timeout."""
+        self.late_load_lands = False
+        self.read_timeouts_s: list[float] = []
 
     def handler(self, request: httpx.Request) -> httpx.Response:
         self.requests.append((request.method, request.url.path))
         if self.down:
             raise httpx.ConnectError("connection refused", request=request)
         if request.method == "GET" and request.url.path == CONFIG_PATH:
+            self.read_timeouts_s.append(request.extensions["timeout"]["read"])
             return httpx.Response(200, json=self.config)
         if request.method == "POST" and request.url.path == LOAD_PATH:
-            if self.load_hangs:
-                raise httpx.ReadTimeout("timed out", request=request)
             body = json.loads(request.content)
             self.bodies.append(body)
             config = json.loads(body["parameters"]["config"])
+            if self.hang_loads > 0:
+                self.hang_loads -= 1
+                if self.late_load_lands:
+                    # Triton does not cancel a load the client gave up on.
+                    self.config = copy.deepcopy(config)
+                raise httpx.ReadTimeout("timed out", request=request)
             self.loaded.append(config)
             self.clock.now_s += LOAD_S
             status, error = self.on_load(config)
@@ -296,10 +304,22 @@ async def test_an_unloaded_model_is_unavailable(clock, ladder, profiles):
 
 async def test_a_load_that_outlives_its_timeout_is_rolled_back(actuator, triton, profiles):
     await actuator.apply(profiles["balanced"])
-    triton.load_hangs = True
+    triton.hang_loads = 1
     result = check(await actuator.apply(profiles["aggressive"]))
     assert result.reason == "timeout" and result.rolled_back and result.active == "balanced"
     assert "load_timeout_s" in result.message
+
+
+async def test_a_timed_out_load_that_lands_late_is_undone(actuator, triton, profiles):
+    await actuator.apply(profiles["balanced"])
+    triton.hang_loads, triton.late_load_lands = 1, True
+    triton.read_timeouts_s.clear()
+    result = check(await actuator.apply(profiles["aggressive"]))
+    assert result.reason == "timeout" and result.rolled_back and result.active == "balanced"
+    # The rollback read waited as long as a load may take: Triton answers it after the load.
+    assert triton.read_timeouts_s[1] == actuator.load_timeout_s
+    assert batching(triton.loaded[-1]) == ([8, 16], 5000)
+    assert batching(triton.config) == ([8, 16], 5000)
 
 
 async def test_a_failed_rollback_says_so(actuator, triton, profiles):

@@ -38,6 +38,13 @@ the times are from a busy machine):
   is refused after the 3 s it takes to try, and 383 of 383 requests sent meanwhile
   succeeded. So after a refused load the rollback usually only has to *confirm*
   the last good profile is still live; it loads it again only if it is not.
+* Loads of one model are serialised: a second load sent while one is in flight
+  waits for it and then runs, so the last one sent wins. A client that gives up
+  on a load (its timeout) does not cancel it; the load still takes effect.
+  A config read while a load is in flight sometimes answers at once with the old
+  config and sometimes waits for the load to end (seen: 5.6 s, 9.2 s), so a
+  :meth:`~TritonReloadActuator.live_profile` racing someone else's load can
+  time out.
 * A config override is not persisted: after a restart Triton reads the
   repository's ``config.pbtxt`` again (:meth:`~TritonReloadActuator.reconcile`
   notices and re-applies).
@@ -234,8 +241,9 @@ class TritonReloadActuator:
             5 s only gives up on a server that accepts connections but hangs.
         load_timeout_s: for the load request, which returns when the new copy is
             in (about 3 s for ``dense_mlp`` on a CPU; minutes for a large model on
-            a GPU). After it the step counts as failed with reason ``timeout``,
-            though Triton may still finish the load: the rollback then waits for it.
+            a GPU). After it the step counts as failed with reason ``timeout``.
+            Triton does not cancel the load: the rollback waits for it to end, then
+            loads the last good profile again if the late load took effect.
     """
 
     name = "triton"
@@ -452,7 +460,9 @@ class TritonReloadActuator:
         target_name = good.name if good is not None else self._name_of(before)
         label = target_name or "the previous config"
         try:
-            current = await self._read_config()
+            # After a load that timed out at our end, Triton is still loading: its
+            # config read waits for that load, and so must we, to see what it left.
+            current = await self._read_config(timeout_s=self.load_timeout_s)
             if good is not None:
                 target = good.merge_into(current)
                 flags = _profile_flags(good)
@@ -503,9 +513,9 @@ class TritonReloadActuator:
         )
 
     # -- the boundary: httpx in, TritonError out ----------------------------------------
-    async def _read_config(self) -> dict[str, Any]:
+    async def _read_config(self, *, timeout_s: float | None = None) -> dict[str, Any]:
         try:
-            r = await self._client.get(self._config_url, timeout=self.request_timeout_s)
+            r = await self._client.get(self._config_url, timeout=timeout_s or self.request_timeout_s)
         except httpx.HTTPError as exc:
             raise _Unreachable(
                 f"Triton at {self.http_url} did not answer ({type(exc).__name__}: {exc}); is it running?"
