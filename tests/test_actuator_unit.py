@@ -26,6 +26,7 @@ from autobatch.actuators import (
     TritonReloadActuator,
 )
 from autobatch.actuators.triton import write_atomic
+from autobatch.errors import ConfigError
 from autobatch.profiles import load_profiles, parse_pbtxt
 
 from .conftest import PROFILES, REPOSITORY
@@ -495,13 +496,16 @@ async def test_dry_run_logs_the_change_and_touches_nothing(ladder, profiles):
 
 
 def test_dry_run_refuses_an_unknown_starting_profile(ladder):
-    with pytest.raises(ValueError, match="not in the ladder"):
+    with pytest.raises(ConfigError, match="current = 'turbo': not in the ladder"):
         DryRunActuator(ladder, current="turbo")
 
 
-def test_actuator_refuses_nonsense_timeouts(ladder):
-    with pytest.raises(ValueError, match="must be > 0"):
+def test_actuator_refuses_nonsense_settings(ladder):
+    with pytest.raises(ConfigError, match="load_timeout_s = 0: must be > 0 seconds"):
         TritonReloadActuator(URL, MODEL, ladder, load_timeout_s=0)
+    other = load_profiles(PROFILES / "small_cnn")["aggressive"]
+    with pytest.raises(ConfigError, match="model = 'small_cnn': the ladder of 'dense_mlp'"):
+        TritonReloadActuator(URL, MODEL, [*ladder, other])
 
 
 def test_public_names():

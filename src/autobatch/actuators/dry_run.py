@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from autobatch.actuators.base import ActuationResult
+from autobatch.errors import ConfigError
 from autobatch.profiles import Profile
 
 __all__ = ["DryRunActuator"]
@@ -82,7 +83,11 @@ class DryRunActuator:
         self.clock = clock
         names = {p.name: p for p in self.ladder}
         if current is not None and current not in names:
-            raise ValueError(f"current = {current!r}: not in the ladder ({', '.join(names)})")
+            raise ConfigError(
+                f"current = {current!r}: not in the ladder ({', '.join(names)})",
+                field="current",
+                value=current,
+            )
         self._current: Profile | None = names.get(current) if current is not None else None
 
     async def apply(self, profile: Profile) -> ActuationResult:

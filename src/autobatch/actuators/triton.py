@@ -87,7 +87,7 @@ from urllib.parse import quote
 import httpx
 
 from autobatch.actuators.base import ActuationResult
-from autobatch.errors import ProfileError, TritonError
+from autobatch.errors import ConfigError, ProfileError, TritonError
 from autobatch.profiles import Profile, parse_pbtxt, render_pbtxt
 
 __all__ = ["TritonReloadActuator"]
@@ -260,12 +260,22 @@ class TritonReloadActuator:
         request_timeout_s: float = 5.0,
         load_timeout_s: float = 120.0,
     ) -> None:
-        if request_timeout_s <= 0 or load_timeout_s <= 0:
-            raise ValueError("request_timeout_s and load_timeout_s must be > 0 seconds")
+        for field, value in (("request_timeout_s", request_timeout_s), ("load_timeout_s", load_timeout_s)):
+            if not value > 0:
+                raise ConfigError(f"{field} = {value!r}: must be > 0 seconds", field=field, value=value)
+        ladder = tuple(ladder)
+        for p in ladder:
+            if p.model is not None and p.model != model:
+                raise ConfigError(
+                    f"{p.source}: model = {p.model!r}: the ladder of {model!r} holds only its profiles",
+                    source=p.source,
+                    field="model",
+                    value=p.model,
+                )
         url = http_url.rstrip("/")
         self.http_url = url if "://" in url else f"http://{url}"
         self.model = model
-        self.ladder = tuple(ladder)
+        self.ladder = ladder
         self.clock = clock
         self.repository = Path(repository) if repository is not None else None
         self.request_timeout_s = request_timeout_s
