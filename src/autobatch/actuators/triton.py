@@ -412,9 +412,11 @@ class TritonReloadActuator:
                 message=f"{profile.name} is already live on {self.model}; nothing loaded",
             )
 
+        restore_text: str | None = None
         if path is not None and text is not None and not in_file:
             try:
                 write_atomic(path, text)
+                restore_text = previous_text
             except OSError as exc:
                 return self._result(
                     profile,
@@ -437,7 +439,7 @@ class TritonReloadActuator:
                     f"{_differences(want, got)}"
                 )
         except _Failure as exc:
-            return await self._roll_back(profile, exc, live, previous_text, t0, load_s)
+            return await self._roll_back(profile, exc, live, restore_text, t0, load_s)
 
         self._last_good = profile
         log.info("%s: %s live and verified, loaded in %.2f s", self.model, profile.name, load_s)
@@ -456,17 +458,20 @@ class TritonReloadActuator:
         profile: Profile,
         failure: _Failure,
         before: dict[str, Any],
-        previous_text: str | None,
+        restore_text: str | None,
         t0: float,
         load_s: float | None,
     ) -> ActuationResult:
-        """Put the last good profile back, or confirm Triton kept it, after ``failure``."""
+        """Put the last good profile back, or confirm Triton kept it, after ``failure``.
+
+        ``restore_text`` is the config.pbtxt this step replaced, in file mode.
+        """
         what = f"{profile.name} on {self.model} failed ({failure.reason}): {failure}"
         path = self.config_path
         notes: list[str] = []
-        if path is not None and previous_text is not None:
+        if path is not None and restore_text is not None:
             try:
-                write_atomic(path, previous_text)
+                write_atomic(path, restore_text)
             except OSError as exc:
                 notes.append(f"{path} could not be restored: {exc}")
         good = self._last_good
