@@ -27,13 +27,13 @@ the times are from a busy machine):
   every run of ``tests/test_actuator_triton.py`` (21 swaps at 25 req/s, 2750-3550
   requests a run).
 * A swap of ``dense_mlp`` takes 3-4 s on a quiet machine (3.3-3.8 s idle, median
-  2.9 s under 50 req/s) and 5-6 s median, up to 12.6 s, when the two cores are
-  shared with other servers and load. On an idle swap the log shows 1.3 s from
+  2.9 s under 50 req/s, median 3.6 s under 25 req/s) and a median of 5-6 s, up to
+  12.6 s, when the two cores are busy with other servers and load. On an idle swap the log shows 1.3 s from
   "loading" to the new instance's initialisation and 2.2 s from there to
   "successfully loaded" (the stub starting, importing torch, building and
   warming up the network). That work competes for the CPU with the copy still
   serving: the tail of requests in
-  flight during a swap rose to a p99 of 0.28-1.4 s against 76-117 ms in steady
+  flight during a swap rose to a p99 of 0.15-1.4 s against 50-117 ms in steady
   state, without a failure (the must-show test prints these figures).
 * A change of ``instance_group`` count only is applied in place: only the
   added instance is initialised (1 -> 2 instances took 1.5 s).
