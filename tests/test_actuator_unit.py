@@ -306,9 +306,14 @@ async def test_an_unloaded_model_is_unavailable(clock, ladder, profiles):
 async def test_a_load_that_outlives_its_timeout_is_rolled_back(actuator, triton, profiles):
     await actuator.apply(profiles["balanced"])
     triton.hang_loads = 1
+    triton.requests.clear()
     result = check(await actuator.apply(profiles["aggressive"]))
     assert result.reason == "timeout" and result.rolled_back and result.active == "balanced"
     assert "load_timeout_s" in result.message
+    # Even though the config still reads "balanced", it is loaded again: the stray
+    # load may land later, and Triton runs loads of one model in order.
+    assert triton.calls == ["GET config", "POST load", "GET config", "POST load", "GET config"]
+    assert batching(triton.loaded[-1]) == ([8, 16], 5000)
 
 
 async def test_a_timed_out_load_that_lands_late_is_undone(actuator, triton, profiles):

@@ -249,8 +249,9 @@ class TritonReloadActuator:
         load_timeout_s: for the load request, which returns when the new copy is
             in (about 3 s for ``dense_mlp`` on a CPU; minutes for a large model on
             a GPU). After it the step counts as failed with reason ``timeout``.
-            Triton does not cancel the load: the rollback waits for it to end, then
-            loads the last good profile again if the late load took effect.
+            Triton does not cancel the load, so the rollback loads the last good
+            profile again, which Triton runs after the stray load; that rollback
+            load may take twice this long.
     """
 
     name = "triton"
@@ -481,9 +482,12 @@ class TritonReloadActuator:
             good = None
         target_name = good.name if good is not None else self._name_of(before)
         label = target_name or "the previous config"
+        # A load that timed out at our end is still running in Triton, and a config
+        # read may show the old config until it ends: "still live" cannot be trusted
+        # then. Loads of one model are serialised, so loading the target again waits
+        # for the stray load and lands after it (a no-op if the stray one failed).
+        timed_out = isinstance(failure, _LoadTimeout)
         try:
-            # After a load that timed out at our end, Triton is still loading: its
-            # config read waits for that load, and so must we, to see what it left.
             current = await self._read_config(timeout_s=self.load_timeout_s)
             if good is not None:
                 target = good.merge_into(current)
@@ -491,10 +495,11 @@ class TritonReloadActuator:
             else:
                 target = before
                 flags = {"count": True, "kind": True}
-            if _view(current, **flags) == _view(target, **flags):
+            if not timed_out and _view(current, **flags) == _view(target, **flags):
                 how = "Triton kept it serving"
             else:
-                await self._load(target)
+                # Waits for the stray load after a timeout, then for its own.
+                await self._load(target, timeout_s=2 * self.load_timeout_s if timed_out else None)
                 after = await self._read_config()
                 if _view(after, **flags) != _view(target, **flags):
                     raise _VerifyFailed(
@@ -555,17 +560,18 @@ class TritonReloadActuator:
             raise _Unavailable(f"Triton's config of {self.model!r} is not a JSON object")
         return data
 
-    async def _load(self, config: Mapping[str, Any]) -> float:
+    async def _load(self, config: Mapping[str, Any], *, timeout_s: float | None = None) -> float:
         """Load ``config`` as an override; the seconds the load took."""
         body = {"parameters": {"config": json.dumps(config)}}
         start = self.clock()
+        timeout_s = timeout_s or self.load_timeout_s
         try:
-            r = await self._client.post(self._load_url, json=body, timeout=self.load_timeout_s)
+            r = await self._client.post(self._load_url, json=body, timeout=timeout_s)
         except httpx.ConnectTimeout as exc:
             raise _Unreachable(f"Triton at {self.http_url} did not accept a connection: {exc}") from exc
         except httpx.TimeoutException as exc:
             raise _LoadTimeout(
-                f"the load of {self.model!r} took longer than {self.load_timeout_s:g} s "
+                f"the load of {self.model!r} took longer than {timeout_s:g} s "
                 "(raise load_timeout_s for large models)"
             ) from exc
         except httpx.HTTPError as exc:
