@@ -114,7 +114,7 @@ def test_override_is_the_load_api_body():
     body = prof.to_override(_base_config())
     config = json.loads(body["parameters"]["config"])
     assert config["name"] == "dense_mlp"
-    assert config["dynamic_batching"]["preferred_batch_size"] == [2, 4, 8]
+    assert config["dynamic_batching"]["preferred_batch_size"] == [1, 2, 4]
 
 
 def test_pbtxt_round_trip_keeps_the_profile():
