@@ -357,5 +357,297 @@ def watch(
         return
 
 
+# -- planner: measure, simulate, plan ---------------------------------------------------------
+
+
+def _int_list(flag: str, text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(f"{flag} = {text!r}: must be integers separated by commas") from None
+    if not values or any(v < 1 for v in values):
+        raise ConfigError(f"{flag} = {text!r}: must be integers >= 1 separated by commas")
+    return values
+
+
+def _priority_mix(text: str | None) -> dict[int, float] | None:
+    if not text:
+        return None
+    mix: dict[int, float] = {}
+    for part in text.split(","):
+        level, _, share = part.partition(":")
+        try:
+            mix[int(level)] = float(share)
+        except ValueError:
+            raise ConfigError(
+                f"--priority-mix = {text!r}: must look like 1:0.2,2:0.8 (level:share, ...)"
+            ) from None
+    return mix
+
+
+@app.command()
+def measure(
+    model: Annotated[str, typer.Option(help="Model to measure (keep other traffic off it).")],
+    url: Annotated[str, typer.Option(help="Triton's HTTP endpoint.")] = "http://127.0.0.1:8000",
+    batch_sizes: Annotated[
+        str, typer.Option(help="Batch sizes to measure, comma-separated.")
+    ] = "1,2,4,8,16,32",
+    warmup: Annotated[int, typer.Option(help="Discarded runs per size.")] = 3,
+    repeats: Annotated[int, typer.Option(help="Measured runs per size (the point is their median).")] = 10,
+    live_s: Annotated[
+        float | None,
+        typer.Option("--live-s", help="Instead: the curve live traffic shows over this many seconds."),
+    ] = None,
+    out_file: Annotated[
+        Path | None, typer.Option("--out", help="Write the curve here (.yaml, or .csv rows).")
+    ] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the curve as JSON.")] = False,
+) -> None:
+    """Measure a model's batch curve through Triton's own per-batch-size timers.
+
+    One request carrying the whole batch at a time; the compute time comes from
+    /v2/models/M/stats batch_stats (not the client round trip); warm-up runs
+    are dropped and each point is the median of the repeats. With --live-s the
+    curve is what live traffic executed over that window instead.
+
+    Example: autobatch measure --url http://127.0.0.1:8000 --model dense_mlp
+    --batch-sizes 1,2,4,8,16,32 --out curves/dense_mlp.yaml
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from autobatch.measure import live_curve, measure_curve, write_curve
+
+    if live_s is not None:
+        with err.status(f"reading batch_stats of {model} for {live_s:g} s ..."):
+            curve = live_curve(url, model, live_s)
+        if curve is None:
+            raise AutobatchError(
+                f"model {model!r} executed no batch size at least 3 times in {live_s:g} s: "
+                "send traffic or measure a longer window"
+            )
+        spreads: dict[int, float] = {}
+    else:
+        sizes = _int_list("--batch-sizes", batch_sizes)
+        per_size = warmup + repeats
+        with Progress(
+            TextColumn("measuring {task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            console=err,
+            transient=True,
+        ) as progress:
+            task = progress.add_task(f"{model} batch {sizes[0]}", total=len(sizes) * per_size)
+            index = {b: i for i, b in enumerate(sizes)}
+
+            def step(batch_size: int, done: int) -> None:
+                progress.update(
+                    task,
+                    completed=index[batch_size] * per_size + done,
+                    description=f"{model} batch {batch_size}",
+                )
+
+            measured = measure_curve(url, model, sizes, warmup=warmup, repeats=repeats, on_step=step)
+        curve = measured.curve
+        spreads = {b: measured.spread(b) for b in sizes}
+    if out_file is not None:
+        write_curve(curve, out_file)
+    if json_output:
+        print_json({**curve.to_dict(), "spread": {str(b): round(v, 4) for b, v in spreads.items()}})
+        return
+    if out_file is None:
+        sys.stdout.write(curve.to_yaml())
+    else:
+        out.print(f"curve of {model} written to {out_file}")
+    for b, v in spreads.items():
+        if v > 0.2:
+            err.print(f"autobatch: warning: batch {b} varied by {v:.0%} between repeats; "
+                      "the machine may be busy", markup=False, highlight=False)
+
+
+@app.command()
+def simulate(
+    curve: Annotated[Path, typer.Option(help="Batch curve (YAML or CSV).")],
+    profile: Annotated[
+        Path | None, typer.Option(help="Profile YAML; or give --preferred/--max-batch-size/--delay-us.")
+    ] = None,
+    preferred: Annotated[str, typer.Option(help="Preferred batch sizes, comma-separated.")] = "",
+    max_batch_size: Annotated[int, typer.Option(help="Max batch size (without --profile).")] = 32,
+    delay_us: Annotated[int, typer.Option(help="max_queue_delay_microseconds (without --profile).")] = 0,
+    rate: Annotated[float | None, typer.Option(help="Poisson arrival rate, requests/s.")] = None,
+    duration: Annotated[float, typer.Option(help="Seconds of arrivals at --rate.")] = 60.0,
+    requests: Annotated[
+        int | None, typer.Option(help="Instead of --duration: this many requests at --rate.")
+    ] = None,
+    bursty: Annotated[int, typer.Option(help="Bursts of this many requests at --rate (0: Poisson).")] = 0,
+    schedule: Annotated[
+        Path | None, typer.Option(help="The phase schedule of `autobatch load` (same YAML).")
+    ] = None,
+    sessions: Annotated[int | None, typer.Option(help="Sessions workload: this many streams.")] = None,
+    fps: Annotated[float | None, typer.Option(help="Frames per second of each stream.")] = None,
+    session_policy: Annotated[
+        str, typer.Option(help="oldest-first or batch-waiting.")
+    ] = "oldest-first",
+    instances: Annotated[int | None, typer.Option(help="Model instances [profile's, or 1].")] = None,
+    priority_mix: Annotated[
+        str | None, typer.Option(help="Share of requests per priority level, e.g. 1:0.2,2:0.8.")
+    ] = None,
+    noise_cv: Annotated[float, typer.Option(help="Lognormal noise on each batch time (CV).")] = 0.0,
+    batch_overhead_ms: Annotated[float, typer.Option(help="Instance time per batch beyond the curve.")] = 0.0,
+    request_overhead_ms: Annotated[
+        float, typer.Option(help="Instance time per request beyond the curve.")
+    ] = 0.0,
+    fixed_latency_ms: Annotated[
+        float, typer.Option(help="Added to every latency (network, client); no instance time.")
+    ] = 0.0,
+    engine: Annotated[str, typer.Option(help="auto, triton, rules or general.")] = "auto",
+    seed: Annotated[int, typer.Option(help="Seed of arrivals and noise.")] = 0,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Simulate Triton's dynamic batcher on a batch curve: latency, throughput, batch sizes.
+
+    Workloads: Poisson (--rate), bursts (--rate --bursty 8), the phase schedule
+    of `autobatch load` (--schedule), or live sessions (--sessions --fps
+    --session-policy) that keep only their latest frame.
+
+    Example: autobatch simulate --curve curves/laptop-256x144-fp16.yaml
+    --profile profiles/emulated_accelerator/aggressive.yaml --rate 300 --json
+
+    Example: autobatch simulate --curve curves/laptop-512x288-fp16.yaml --sessions 4 --fps 30
+    --session-policy batch-waiting
+    """
+    from autobatch.plan.curve import load_curve
+    from autobatch.plan.sessions import simulate_sessions
+    from autobatch.plan.simulator import ServiceModel, Workload
+    from autobatch.plan.simulator import simulate as run_simulation
+    from autobatch.plan_output import sessions_renderable, sim_renderable
+    from autobatch.profiles import Profile, load_profile
+    from autobatch.schedule import Phase, Schedule, load_schedule
+
+    service = ServiceModel(
+        load_curve(curve),
+        batch_overhead_ms=batch_overhead_ms,
+        request_overhead_ms=request_overhead_ms,
+        fixed_latency_ms=fixed_latency_ms,
+        noise_cv=noise_cv,
+    )
+    given = [v for v in (rate, schedule, sessions) if v is not None]
+    if len(given) != 1:
+        raise ConfigError("give one workload: --rate R, --schedule FILE, or --sessions K --fps F")
+    if sessions is not None:
+        if fps is None:
+            raise ConfigError("--sessions needs --fps")
+        result = simulate_sessions(
+            service, sessions, fps, policy=session_policy, duration_s=duration,
+            max_batch_size=max_batch_size, seed=seed,
+        )
+        if json_output:
+            print_json(result.to_dict())
+        else:
+            out.print(sessions_renderable(result))
+        return
+    if profile is not None:
+        prof = load_profile(profile)
+    else:
+        prof = Profile(
+            name="cli",
+            max_batch_size=max_batch_size,
+            preferred_batch_size=_int_list("--preferred", preferred) if preferred else (),
+            max_queue_delay_us=delay_us,
+            source="command line",
+        )
+    mix = _priority_mix(priority_mix)
+    if schedule is not None:
+        work = Workload.from_schedule(load_schedule(schedule), seed, priority_mix=mix)
+    else:
+        assert rate is not None
+        if not rate > 0:
+            raise ConfigError(f"--rate = {rate:g}: must be > 0 requests/s")
+        if requests is not None:
+            if requests < 1:
+                raise ConfigError(f"--requests = {requests}: must be >= 1")
+            duration = requests / rate
+        if bursty:
+            if bursty < 1:
+                raise ConfigError(f"--bursty = {bursty}: must be a burst size >= 1")
+            sched = Schedule((Phase("bursty", rate, duration, "bursty", bursty),))
+        else:
+            sched = Schedule.constant(rate, duration)
+        work = Workload.from_schedule(sched, seed, priority_mix=mix)
+    result = run_simulation(prof, service, work, instances=instances, seed=seed, engine=engine)
+    if json_output:
+        print_json({"profile": prof.to_dict(), "workload": work.label, **result.to_dict()})
+    else:
+        out.print(sim_renderable(result, f"{prof.summary()} on {service.curve.name}, {work.label}"))
+
+
+@app.command()
+def plan(
+    curve: Annotated[Path, typer.Option(help="Batch curve (YAML or CSV).")],
+    slo_p99_ms: Annotated[float, typer.Option(help="The latency SLO, p99, in ms.")],
+    network_ms: Annotated[float, typer.Option(help="Network and client overhead per request, ms.")],
+    rate: Annotated[float | None, typer.Option(help="The load to plan for: Poisson requests/s.")] = None,
+    sessions: Annotated[int | None, typer.Option(help="Or: this many streams ...")] = None,
+    fps: Annotated[float | None, typer.Option(help="... at this many frames per second.")] = None,
+    max_batch_size: Annotated[int, typer.Option(help="The model's max_batch_size.")] = 32,
+    margin: Annotated[float, typer.Option(help="Share of the budget kept back (0..1).")] = 0.4,
+    instances: Annotated[int, typer.Option(help="Model instances.")] = 1,
+    model: Annotated[str | None, typer.Option(help="Model name written into the profiles.")] = None,
+    allow_extrapolation: Annotated[
+        bool, typer.Option(help="Let profiles use batch sizes past the measured points.")
+    ] = False,
+    batch_overhead_ms: Annotated[float, typer.Option(help="Instance time per batch beyond the curve.")] = 0.0,
+    request_overhead_ms: Annotated[
+        float, typer.Option(help="Instance time per request beyond the curve.")
+    ] = 0.0,
+    seed: Annotated[int, typer.Option(help="Seed of the simulated arrivals.")] = 0,
+    write_profiles: Annotated[
+        Path | None, typer.Option(help="Write each candidate as DIR/<name>.yaml (sidecar format).")
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Overwrite existing profile files.")] = False,
+    plot: Annotated[Path | None, typer.Option(help="Draw latency against load per profile (PNG).")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+) -> None:
+    """Plan batching for a model: the SLO budget, whether batching pays, candidate profiles.
+
+    Predicted latencies come from the simulator of Triton's dynamic batcher and
+    include --network-ms, as the SLO does.
+
+    Example: autobatch plan --curve curves/laptop-256x144-fp16.yaml --slo-p99-ms 100
+    --network-ms 10 --rate 200 --write-profiles profiles/mymodel --plot plan.png
+    """
+    from autobatch.plan.curve import load_curve
+    from autobatch.plan.planner import make_plan
+    from autobatch.plan_output import plan_renderable, plot_plan
+    from autobatch.plan_output import write_profiles as write_profile_files
+
+    result = make_plan(
+        load_curve(curve),
+        slo_p99_ms,
+        network_ms,
+        rate_rps=rate,
+        sessions=sessions,
+        fps=fps,
+        max_batch_size=max_batch_size,
+        margin_frac=margin,
+        instances=instances,
+        model=model,
+        allow_extrapolation=allow_extrapolation,
+        batch_overhead_ms=batch_overhead_ms,
+        request_overhead_ms=request_overhead_ms,
+        seed=seed,
+    )
+    written = write_profile_files(result, write_profiles, force=force) if write_profiles else []
+    drawn = plot_plan(result, plot) if plot else None
+    if json_output:
+        print_json({**result.to_dict(), "written": [str(p) for p in written],
+                    "plot": None if drawn is None else str(drawn)})
+        return
+    out.print(plan_renderable(result))
+    for path in written:
+        out.print(f"wrote {path}")
+    if drawn is not None:
+        out.print(f"plotted {drawn}")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

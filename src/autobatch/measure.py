@@ -6,6 +6,11 @@ the compute time of that one execution is read back from
 the model's run time on the server, not a client round trip (which would hide
 a fast model behind client and network overhead). Warm-up runs are discarded;
 the point is the median of the repeats.
+
+Also here, because they talk to a server: :func:`live_curve` (the curve live
+traffic shows, from two ``batch_stats`` samples), :func:`measure_overheads`
+(what a real server adds to the curve, for the simulator) and
+:func:`write_curve`.
 """
 
 from __future__ import annotations
@@ -14,15 +19,25 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 
 from autobatch.errors import ConfigError, TritonError
-from autobatch.plan.curve import BatchCurve
+from autobatch.plan.curve import BatchCurve, curve_from_batch_stats
 
-__all__ = ["CurveMeasurement", "measure_curve", "model_config", "synth_inputs"]
+__all__ = [
+    "CurveMeasurement",
+    "Overheads",
+    "live_curve",
+    "measure_curve",
+    "measure_overheads",
+    "model_config",
+    "synth_inputs",
+    "write_curve",
+]
 
 _NP_DTYPES = {
     "TYPE_FP32": np.float32,
@@ -187,3 +202,184 @@ def _triton_dtype(arr: np.ndarray) -> str:
     from tritonclient.utils import np_to_triton_dtype
 
     return str(np_to_triton_dtype(arr.dtype))
+
+
+# -- writing curves --------------------------------------------------------------------------
+
+
+def write_curve(curve: BatchCurve, path: str | Path) -> Path:
+    """Write ``curve`` as YAML (the shared format) or, for a ``.csv`` path, CSV rows."""
+    p = Path(path)
+    if p.suffix.lower() == ".csv":
+        text = "batch_size,ms\n" + "".join(f"{b},{ms:.4f}\n" for b, ms in curve.points.items())
+    else:
+        text = curve.to_yaml()
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"--out = {str(p)!r}: cannot write there: {exc.strerror or exc}") from exc
+    return p
+
+
+# -- the curve of live traffic --------------------------------------------------------------
+
+
+def _model_stats(client: httpx.Client, model: str) -> dict[str, Any]:
+    try:
+        r = client.get(f"/v2/models/{model}/stats")
+    except httpx.HTTPError as exc:
+        raise TritonError(f"cannot reach Triton at {client.base_url}: {exc}") from exc
+    if r.status_code != 200:
+        raise TritonError(f"stats of {model!r} on {client.base_url}: {_error_text(r)}")
+    entries = r.json().get("model_stats") or []
+    if not entries:
+        raise TritonError(f"stats of {model!r} on {client.base_url}: no model_stats in the answer")
+    return dict(entries[0])
+
+
+def live_curve(
+    http_url: str,
+    model: str,
+    window_s: float,
+    *,
+    min_count: int = 3,
+    client: httpx.Client | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> BatchCurve | None:
+    """The batch curve live traffic shows over ``window_s``: ``batch_stats`` sampled
+    twice, differenced; sizes executed fewer than ``min_count`` times are left out.
+    None when the traffic formed no batch size often enough."""
+    if not (window_s > 0):
+        raise ConfigError(f"--live-s = {window_s!r}: must be a number > 0")
+    url = http_url if "://" in http_url else f"http://{http_url}"
+    own = client is None
+    hc = client or httpx.Client(base_url=url, timeout=30.0)
+    try:
+        before = _model_stats(hc, model).get("batch_stats")
+        sleep(window_s)
+        after = _model_stats(hc, model).get("batch_stats")
+    finally:
+        if own:
+            hc.close()
+    return curve_from_batch_stats(after, before, name=f"{model}-live", min_count=min_count)
+
+
+# -- what a real server adds ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Overheads:
+    """What a real Triton adds to a batch curve, in the simulator's terms
+    (:class:`autobatch.plan.simulator.ServiceModel`)."""
+
+    batch_overhead_ms: float
+    """Instance time per batch beyond the curve: compute input + infer + output,
+    per execution, less the curve's time, fitted as ``batch + n * request``."""
+    request_overhead_ms: float
+    """The per-request slope of that fit."""
+    fixed_latency_ms: float
+    """Mean client latency less Triton's mean request duration: protocol, network
+    and client time, which does not occupy the instance."""
+    requests: int
+    """Requests the figures come from."""
+    executions: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "batch_overhead_ms": round(self.batch_overhead_ms, 4),
+            "request_overhead_ms": round(self.request_overhead_ms, 4),
+            "fixed_latency_ms": round(self.fixed_latency_ms, 4),
+            "requests": self.requests,
+            "executions": self.executions,
+        }
+
+
+def overheads_from_stats(
+    before: dict[str, Any],
+    after: dict[str, Any],
+    curve: BatchCurve,
+    client_mean_ms: float,
+) -> Overheads:
+    """Fit :class:`Overheads` from two ``/stats`` samples of one model around a load
+    run and the run's mean client latency (pure: the I/O is the caller's)."""
+
+    def rows(stats: dict[str, Any]) -> dict[int, tuple[int, int]]:
+        out = {}
+        for row in stats.get("batch_stats") or []:
+            count = int(row["compute_infer"]["count"])
+            ns = sum(int(row[k]["ns"]) for k in ("compute_input", "compute_infer", "compute_output"))
+            out[int(row["batch_size"])] = (count, ns)
+        return out
+
+    r0, r1 = rows(before), rows(after)
+    sizes, weights, extra = [], [], []
+    for b, (count, ns) in r1.items():
+        c0, ns0 = r0.get(b, (0, 0))
+        if count - c0 > 0:
+            sizes.append(b)
+            weights.append(count - c0)
+            extra.append((ns - ns0) / (count - c0) / 1e6 - curve.estimate(b).ms)
+    if not sizes:
+        raise TritonError("no executions recorded in batch_stats during the calibration run")
+    x, w, y = np.array(sizes, float), np.array(weights, float), np.array(extra, float)
+    if len(sizes) >= 2:
+        slope, intercept = np.polyfit(x, y, 1, w=np.sqrt(w))
+    else:
+        slope, intercept = 0.0, float(y[0])
+    if slope < 0:
+        slope, intercept = 0.0, float(np.average(y, weights=w))
+    intercept = max(0.0, float(intercept))
+
+    def inference(stats: dict[str, Any]) -> tuple[int, int]:
+        ok = (stats.get("inference_stats") or {}).get("success") or {}
+        return int(ok.get("count", 0)), int(ok.get("ns", 0))
+
+    (n0, s0), (n1, s1) = inference(before), inference(after)
+    if n1 - n0 <= 0:
+        raise TritonError("no successful requests recorded during the calibration run")
+    server_mean_ms = (s1 - s0) / (n1 - n0) / 1e6
+    return Overheads(
+        batch_overhead_ms=intercept,
+        request_overhead_ms=float(slope),
+        fixed_latency_ms=max(0.0, client_mean_ms - server_mean_ms),
+        requests=n1 - n0,
+        executions=int(w.sum()),
+    )
+
+
+def measure_overheads(
+    grpc_url: str,
+    http_url: str,
+    model: str,
+    curve: BatchCurve,
+    *,
+    rate_rps: float,
+    duration_s: float = 4.0,
+    seed: int = 0,
+    client: httpx.Client | None = None,
+) -> Overheads:
+    """Run Poisson load at ``rate_rps`` for ``duration_s`` (``autobatch load``) and
+    compare what Triton's timers and the client saw with ``curve``.
+
+    ``curve`` is what the model is meant to take per batch (for the emulated
+    accelerator, the curve it was loaded with). Keep other traffic off the
+    model while this runs.
+    """
+    from autobatch.load import run_load
+    from autobatch.schedule import Schedule
+
+    url = http_url if "://" in http_url else f"http://{http_url}"
+    own = client is None
+    hc = client or httpx.Client(base_url=url, timeout=30.0)
+    try:
+        before = _model_stats(hc, model)
+        report = run_load(grpc_url, model, Schedule.constant(rate_rps, duration_s), seed=seed)
+        after = _model_stats(hc, model)
+    finally:
+        if own:
+            hc.close()
+    ok = [r.latency_ms for r in report.records if r.ok and r.latency_ms is not None]
+    if not ok:
+        raise TritonError(f"calibration load on {model!r} completed no request: {report.failures}")
+    return overheads_from_stats(before, after, curve, statistics.fmean(ok))

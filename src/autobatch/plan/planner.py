@@ -1,0 +1,622 @@
+"""The planner: does batching pay here, what may wait, and what each profile would do.
+
+:func:`make_plan` puts the pieces together for one curve and one SLO:
+
+1. the batch gain per size (per-item time against batch 1), every size
+   flagged measured, interpolated or extrapolated;
+2. a plain verdict: batching *loses* (no size is cheaper per item than batch
+   1: serve batch 1 and do not wait), is *marginal* (under 10% saved: batch
+   what queues up, never wait for more) or *pays*;
+3. the largest batch whose run time fits the SLO, and the SLO equation
+   (:mod:`autobatch.plan.slo`) at the profiles' max batch size;
+4. candidate profiles from latency-soft to aggressive, each run through the
+   simulator at the given load and swept over load to find the highest
+   Poisson rate it sustains within the SLO.
+
+Sizes past the last measured point are extrapolated guesses: unless the
+caller allows extrapolation, profiles never rely on them.
+
+Pure: values in, values out (writing profiles and plots is
+:mod:`autobatch.plan_output`'s job).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from autobatch.errors import ConfigError
+from autobatch.plan.curve import BatchCurve, PointKind
+from autobatch.plan.sessions import SESSION_POLICIES, SessionsResult, simulate_sessions
+from autobatch.plan.simulator import ServiceModel, SimResult, Workload, simulate
+from autobatch.plan.slo import (
+    ARTICLE_EXAMPLE,
+    DEFAULT_MARGIN_FRAC,
+    Budget,
+    largest_fitting_batch,
+    queue_budget,
+)
+from autobatch.profiles import Profile
+
+__all__ = [
+    "Candidate",
+    "GainRow",
+    "LoadSpec",
+    "Plan",
+    "SweepPoint",
+    "Verdict",
+    "VerdictKind",
+    "batching_verdict",
+    "candidate_profiles",
+    "gain_table",
+    "make_plan",
+    "max_sustained_rate",
+]
+
+MARGINAL_GAIN = 0.9
+"""A best per-item ratio at or above this (under 10% saved) makes batching marginal."""
+
+
+# -- gains and the verdict ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GainRow:
+    batch_size: int
+    ms: float
+    per_item_ms: float
+    gain: float
+    """Per-item time relative to batch 1 (< 1: batching pays at this size)."""
+    throughput_rps: float
+    """Items per second of one instance running batches of this size back to back."""
+    kind: PointKind
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "batch_size": self.batch_size,
+            "ms": round(self.ms, 4),
+            "per_item_ms": round(self.per_item_ms, 4),
+            "gain": round(self.gain, 4),
+            "throughput_rps": round(self.throughput_rps, 2),
+            "kind": self.kind.value,
+        }
+
+
+def gain_table(curve: BatchCurve, max_batch_size: int) -> tuple[GainRow, ...]:
+    """Every measured size and every power of two up to ``max_batch_size``."""
+    sizes = {b for b in curve.sizes if b <= max_batch_size}
+    b = 1
+    while b <= max_batch_size:
+        sizes.add(b)
+        b *= 2
+    rows = []
+    for b in sorted(sizes):
+        est = curve.estimate(b)
+        rows.append(
+            GainRow(
+                batch_size=b,
+                ms=est.ms,
+                per_item_ms=est.per_item_ms,
+                gain=curve.gain(b),
+                throughput_rps=curve.throughput_rps(b),
+                kind=est.kind,
+            )
+        )
+    return tuple(rows)
+
+
+class VerdictKind(str, Enum):
+    LOSES = "loses"
+    MARGINAL = "marginal"
+    PAYS = "pays"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kind: VerdictKind
+    best_batch: int
+    """The measured size (<= the max batch size considered) with the lowest per-item time."""
+    best_gain: float
+    message: str
+
+    @property
+    def batching_pays(self) -> bool:
+        return self.kind is VerdictKind.PAYS
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.value,
+            "batching_pays": self.batching_pays,
+            "best_batch": self.best_batch,
+            "best_gain": round(self.best_gain, 4),
+            "message": self.message,
+        }
+
+
+def batching_verdict(curve: BatchCurve, max_batch_size: int | None = None) -> Verdict:
+    """Judge on measured sizes only: an extrapolated gain is a guess, not evidence."""
+    sizes = [b for b in curve.sizes if max_batch_size is None or b <= max_batch_size]
+    if 1 not in curve.points:
+        # Without a measured batch 1 the ratio itself rests on an extrapolation.
+        sizes = [b for b in sizes if b != 1]
+    best = min(sizes, key=lambda b: (curve.gain(b), b), default=1)
+    gain = curve.gain(best) if best != 1 else 1.0
+    if best == 1 or gain >= 1.0:
+        return Verdict(
+            VerdictKind.LOSES,
+            1,
+            1.0,
+            "batching lowers throughput on this device: serve batch 1, do not wait",
+        )
+    if gain >= MARGINAL_GAIN:
+        return Verdict(
+            VerdictKind.MARGINAL,
+            best,
+            gain,
+            f"batching barely pays on this device: batch {best} takes {gain:.2f}x the per-item "
+            f"time of batch 1; batch what queues up, do not wait for more",
+        )
+    return Verdict(
+        VerdictKind.PAYS,
+        best,
+        gain,
+        f"batching pays on this device: batch {best} takes {gain:.2f}x the per-item time of "
+        f"batch 1 ({1 / gain:.2f}x the throughput); batch up to {best}",
+    )
+
+
+# -- candidates -----------------------------------------------------------------------------
+
+
+def _pow2_between(lo: int, hi: int) -> list[int]:
+    out, b = [], 1
+    while b <= hi:
+        if b >= lo:
+            out.append(b)
+        b *= 2
+    return out
+
+
+def candidate_profiles(
+    curve: BatchCurve,
+    verdict: Verdict,
+    max_batch_size: int,
+    delay_ms: float,
+    *,
+    allow_extrapolation: bool = False,
+    model: str | None = None,
+    instances: int | None = None,
+) -> tuple[Profile, ...]:
+    """Profiles from latency-soft to aggressive, for a profile max batch size and the
+    SLO's delay.
+
+    ``latency-soft`` never waits: it batches only what queued up while the
+    instance was busy. ``balanced`` waits a quarter of the delay and sends
+    half batches early. ``aggressive`` waits up to the whole delay for the
+    best batch. When batching loses there are two: batch 1 with no wait, and
+    an aggressive one kept only to show what it would cost.
+    """
+    sizes = [
+        b
+        for b in (curve.sizes if not allow_extrapolation else range(1, max_batch_size + 1))
+        if b <= max_batch_size
+    ] or [1]
+    best = max(sizes, key=lambda b: (curve.throughput_rps(b), -b))
+    delay_us = int(round(delay_ms * 1000.0))
+    common: dict[str, Any] = {
+        "max_batch_size": max_batch_size,
+        "model": model,
+        "instance_count": instances,
+        "source": "<plan>",
+    }
+    if verdict.kind is VerdictKind.LOSES or best == 1:
+        largest = max(sizes)
+        return (
+            Profile(
+                name="latency-soft",
+                preferred_batch_size=(1,),
+                max_queue_delay_us=0,
+                **common,
+            ),
+            Profile(
+                name="aggressive",
+                preferred_batch_size=(largest,),
+                max_queue_delay_us=delay_us,
+                **common,
+            ),
+        )
+    half = sorted({max(1, best // 2), best})
+    return (
+        Profile(name="latency-soft", preferred_batch_size=(best,), max_queue_delay_us=0, **common),
+        Profile(
+            name="balanced",
+            preferred_batch_size=tuple(half),
+            max_queue_delay_us=int(round(delay_us / 4)),
+            **common,
+        ),
+        Profile(
+            name="aggressive", preferred_batch_size=(best,), max_queue_delay_us=delay_us, **common
+        ),
+    )
+
+
+# -- sweeps ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    rate_rps: float
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    throughput_rps: float
+    mean_batch: float
+    within_slo: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rate_rps": round(self.rate_rps, 3),
+            "p50_ms": round(self.p50_ms, 3),
+            "p95_ms": round(self.p95_ms, 3),
+            "p99_ms": round(self.p99_ms, 3),
+            "throughput_rps": round(self.throughput_rps, 3),
+            "mean_batch": round(self.mean_batch, 3),
+            "within_slo": self.within_slo,
+        }
+
+
+def _capacity_rps(profile: Profile, service: ServiceModel, instances: int) -> float:
+    return max(
+        service.capacity_rps(b, instances) for b in range(1, profile.max_batch_size + 1)
+    )
+
+
+def _point(
+    profile: Profile,
+    service: ServiceModel,
+    rate: float,
+    slo_p99_ms: float,
+    requests: int,
+    seed: int,
+    instances: int,
+) -> SweepPoint:
+    duration = max(requests / rate, 1.0)
+    res = simulate(profile, service, Workload.poisson(rate, duration, seed), instances=instances)
+    lat = res.latency
+    assert lat is not None  # every request completes without queue policies
+    # Saturated runs drain a backlog after the arrivals stop: throughput falls
+    # behind the offered rate even when the few requests simulated meet the SLO.
+    keeps_up = res.throughput_rps >= 0.97 * res.offered_rps
+    return SweepPoint(
+        rate_rps=rate,
+        p50_ms=lat.p50_ms,
+        p95_ms=lat.p95_ms,
+        p99_ms=lat.p99_ms,
+        throughput_rps=res.throughput_rps,
+        mean_batch=res.mean_batch,
+        within_slo=keeps_up and lat.p99_ms <= slo_p99_ms,
+    )
+
+
+def max_sustained_rate(
+    profile: Profile,
+    service: ServiceModel,
+    slo_p99_ms: float,
+    *,
+    instances: int = 1,
+    points: int = 16,
+    refine: int = 6,
+    requests: int = 20_000,
+    seed: int = 0,
+) -> tuple[float, tuple[SweepPoint, ...]]:
+    """The highest Poisson rate at which ``profile`` keeps p99 within the SLO, and the
+    sweep behind it.
+
+    Latency is not monotone in load under batching (at low load a request may
+    wait the whole delay; a little more load fills batches sooner), so the
+    rate is found on a grid up to the curve's capacity and then bisected
+    between the last good and the first bad grid point. 0 when even the
+    lowest rate misses the SLO.
+    """
+    cap = _capacity_rps(profile, service, instances)
+    grid = [cap * (i + 1) / points for i in range(points)]
+    sweep = [
+        _point(profile, service, r, slo_p99_ms, requests, seed, instances) for r in grid
+    ]
+    good = [p for p in sweep if p.within_slo]
+    if not good:
+        return 0.0, tuple(sweep)
+    last_good = max(good, key=lambda p: p.rate_rps)
+    above = [p for p in sweep if p.rate_rps > last_good.rate_rps]
+    if not above:
+        return last_good.rate_rps, tuple(sweep)
+    lo, hi = last_good.rate_rps, above[0].rate_rps
+    for _ in range(refine):
+        mid = (lo + hi) / 2
+        pt = _point(profile, service, mid, slo_p99_ms, requests, seed, instances)
+        sweep.append(pt)
+        if pt.within_slo:
+            lo = mid
+        else:
+            hi = mid
+    return lo, tuple(sorted(sweep, key=lambda p: p.rate_rps))
+
+
+# -- the plan -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """The load a plan predicts at: a Poisson rate, or periodic streams."""
+
+    rate_rps: float | None = None
+    sessions: int | None = None
+    fps: float | None = None
+    assumed: bool = False
+    """No load was given: half the batch-1 capacity was assumed."""
+
+    def __post_init__(self) -> None:
+        if self.rate_rps is not None:
+            if self.sessions is not None or self.fps is not None:
+                raise ConfigError("--rate and --sessions/--fps: give one load, not both")
+            if not (math.isfinite(self.rate_rps) and self.rate_rps > 0):
+                raise ConfigError(f"--rate = {self.rate_rps!r}: must be a number > 0")
+        elif (self.sessions is None) != (self.fps is None):
+            raise ConfigError("--sessions and --fps go together: give both")
+        elif self.sessions is not None:
+            if self.sessions < 1:
+                raise ConfigError(f"--sessions = {self.sessions!r}: must be an integer >= 1")
+            assert self.fps is not None
+            if not (math.isfinite(self.fps) and self.fps > 0):
+                raise ConfigError(f"--fps = {self.fps!r}: must be a number > 0")
+        else:
+            raise ConfigError("a load needs --rate, or --sessions with --fps")
+
+    @property
+    def offered_rps(self) -> float:
+        if self.rate_rps is not None:
+            return self.rate_rps
+        assert self.sessions is not None and self.fps is not None
+        return self.sessions * self.fps
+
+    @property
+    def label(self) -> str:
+        if self.rate_rps is not None:
+            text = f"Poisson at {self.rate_rps:g} rps"
+            return text + (" (assumed: half the batch-1 capacity)" if self.assumed else "")
+        return f"{self.sessions} streams at {self.fps:g} fps ({self.offered_rps:g} rps)"
+
+    def workload(self, duration_s: float, seed: int) -> Workload:
+        if self.rate_rps is not None:
+            return Workload.poisson(self.rate_rps, duration_s, seed)
+        assert self.sessions is not None and self.fps is not None
+        return Workload.streams(self.sessions, self.fps, duration_s, seed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rate_rps": self.rate_rps,
+            "sessions": self.sessions,
+            "fps": self.fps,
+            "offered_rps": round(self.offered_rps, 3),
+            "assumed": self.assumed,
+            "label": self.label,
+        }
+
+
+@dataclass(frozen=True)
+class Candidate:
+    profile: Profile
+    at_load: SimResult
+    max_rate_rps: float
+    sweep: tuple[SweepPoint, ...]
+    slo_p99_ms: float
+
+    @property
+    def meets_slo(self) -> bool:
+        lat = self.at_load.latency
+        return (
+            lat is not None
+            and lat.p99_ms <= self.slo_p99_ms
+            and self.at_load.throughput_rps >= 0.97 * self.at_load.offered_rps
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        lat = self.at_load.latency
+        return {
+            "name": self.profile.name,
+            "profile": self.profile.to_dict(),
+            "summary": self.profile.summary(),
+            "at_load": {
+                "latency_ms": None
+                if lat is None
+                else {
+                    "p50": round(lat.p50_ms, 3),
+                    "p95": round(lat.p95_ms, 3),
+                    "p99": round(lat.p99_ms, 3),
+                },
+                "throughput_rps": round(self.at_load.throughput_rps, 3),
+                "mean_batch": round(self.at_load.mean_batch, 3),
+                "utilisation": round(self.at_load.utilisation, 4),
+            },
+            "meets_slo": self.meets_slo,
+            "max_rate_rps": round(self.max_rate_rps, 2),
+            "sweep": [p.to_dict() for p in self.sweep],
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    curve: BatchCurve
+    slo_p99_ms: float
+    network_ms: float
+    model_max_batch_size: int
+    instances: int
+    service: ServiceModel
+    gains: tuple[GainRow, ...]
+    verdict: Verdict
+    largest_fit: Budget | None
+    budget: Budget
+    """The SLO equation at the profiles' max batch size."""
+    load: LoadSpec
+    candidates: tuple[Candidate, ...]
+    sessions: tuple[SessionsResult, ...] = ()
+    allow_extrapolation: bool = False
+
+    @property
+    def example(self) -> Budget:
+        return ARTICLE_EXAMPLE
+
+    @property
+    def recommended(self) -> Candidate | None:
+        """At the given load: the candidate with the lowest p99 among those within the
+        SLO; with batching that loses, batch 1 whenever it is within the SLO."""
+        ok = [c for c in self.candidates if c.meets_slo]
+        if not ok:
+            return None
+        if self.verdict.kind is VerdictKind.LOSES and self.candidates[0] in ok:
+            return self.candidates[0]
+        return min(ok, key=lambda c: c.at_load.latency.p99_ms if c.at_load.latency else math.inf)
+
+    @property
+    def extrapolated_sizes(self) -> tuple[int, ...]:
+        return tuple(g.batch_size for g in self.gains if g.kind is PointKind.EXTRAPOLATED)
+
+    def to_dict(self) -> dict[str, Any]:
+        rec = self.recommended
+        return {
+            "curve": {"name": self.curve.name, "points": dict(self.curve.points)},
+            "slo_p99_ms": self.slo_p99_ms,
+            "network_ms": self.network_ms,
+            "model_max_batch_size": self.model_max_batch_size,
+            "instances": self.instances,
+            "service": {
+                "batch_overhead_ms": self.service.batch_overhead_ms,
+                "request_overhead_ms": self.service.request_overhead_ms,
+                "fixed_latency_ms": self.service.fixed_latency_ms,
+                "noise_cv": self.service.noise_cv,
+            },
+            "equation": self.budget.to_dict(),
+            "article_example": self.example.to_dict(),
+            "gains": [g.to_dict() for g in self.gains],
+            "verdict": self.verdict.to_dict(),
+            "largest_fitting_batch": None
+            if self.largest_fit is None
+            else self.largest_fit.to_dict(),
+            "allow_extrapolation": self.allow_extrapolation,
+            "load": self.load.to_dict(),
+            "candidates": [c.to_dict() for c in self.candidates],
+            "recommended": None if rec is None else rec.profile.name,
+            "sessions": [s.to_dict() for s in self.sessions],
+        }
+
+
+def make_plan(
+    curve: BatchCurve,
+    slo_p99_ms: float,
+    network_ms: float,
+    *,
+    rate_rps: float | None = None,
+    sessions: int | None = None,
+    fps: float | None = None,
+    max_batch_size: int = 32,
+    margin_frac: float = DEFAULT_MARGIN_FRAC,
+    instances: int = 1,
+    model: str | None = None,
+    allow_extrapolation: bool = False,
+    batch_overhead_ms: float = 0.0,
+    request_overhead_ms: float = 0.0,
+    noise_cv: float = 0.0,
+    duration_s: float = 60.0,
+    sweep_points: int = 16,
+    sweep_requests: int = 20_000,
+    seed: int = 0,
+) -> Plan:
+    """Everything ``autobatch plan`` prints, for one curve, SLO and load.
+
+    Predicted latencies are arrival to completion plus ``network_ms``, the
+    same quantity the SLO bounds. ``duration_s`` is how long the given load is
+    simulated; ``sweep_points`` and ``sweep_requests`` size the search for
+    each candidate's highest sustained rate.
+    """
+    if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or (
+        max_batch_size < 1
+    ):
+        raise ConfigError(f"--max-batch-size = {max_batch_size!r}: must be an integer >= 1")
+    if isinstance(instances, bool) or not isinstance(instances, int) or instances < 1:
+        raise ConfigError(f"--instances = {instances!r}: must be an integer >= 1")
+    service = ServiceModel(
+        curve,
+        batch_overhead_ms=batch_overhead_ms,
+        request_overhead_ms=request_overhead_ms,
+        fixed_latency_ms=network_ms,
+        noise_cv=noise_cv,
+    )
+    if rate_rps is None and sessions is None and fps is None:
+        load = LoadSpec(rate_rps=round(service.capacity_rps(1, instances) / 2, 1), assumed=True)
+    else:
+        load = LoadSpec(rate_rps=rate_rps, sessions=sessions, fps=fps)
+    gains = gain_table(curve, max_batch_size)
+    verdict = batching_verdict(curve, max_batch_size)
+    fit = largest_fitting_batch(curve, slo_p99_ms, network_ms, max_batch_size, margin_frac=margin_frac)
+    profile_mbs = fit.batch_size if fit is not None else 1
+    if not allow_extrapolation:
+        profile_mbs = min(profile_mbs, max(curve.max_measured, 1))
+    profile_mbs = max(1, min(profile_mbs, max_batch_size))
+    budget = queue_budget(slo_p99_ms, network_ms, curve, profile_mbs, margin_frac=margin_frac)
+    profiles = candidate_profiles(
+        curve,
+        verdict,
+        profile_mbs,
+        budget.delay_ms,
+        allow_extrapolation=allow_extrapolation,
+        model=model,
+        instances=instances if instances != 1 else None,
+    )
+    workload = load.workload(duration_s, seed)
+    candidates = []
+    for prof in profiles:
+        at_load = simulate(prof, service, workload, instances=instances, seed=seed)
+        top, sweep = max_sustained_rate(
+            prof,
+            service,
+            slo_p99_ms,
+            instances=instances,
+            points=sweep_points,
+            requests=sweep_requests,
+            seed=seed,
+        )
+        candidates.append(Candidate(prof, at_load, top, sweep, slo_p99_ms))
+    session_results: Sequence[SessionsResult] = ()
+    if load.sessions is not None:
+        assert load.fps is not None
+        session_results = tuple(
+            simulate_sessions(
+                service,
+                load.sessions,
+                load.fps,
+                policy=policy,
+                duration_s=duration_s,
+                max_batch_size=profile_mbs,
+                seed=seed,
+            )
+            for policy in SESSION_POLICIES
+        )
+    return Plan(
+        curve=curve,
+        slo_p99_ms=float(slo_p99_ms),
+        network_ms=float(network_ms),
+        model_max_batch_size=max_batch_size,
+        instances=instances,
+        service=service,
+        gains=gains,
+        verdict=verdict,
+        largest_fit=fit,
+        budget=budget,
+        load=load,
+        candidates=tuple(candidates),
+        sessions=tuple(session_results),
+        allow_extrapolation=allow_extrapolation,
+    )
