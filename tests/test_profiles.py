@@ -186,3 +186,14 @@ def test_render_cli_bad_profile_exits_2_with_one_line(tmp_path):
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1
     assert "preferred_batch_size[1] = 32" in lines[0] and str(path) in lines[0]
+
+
+@pytest.mark.parametrize("model", ["dense_mlp", "small_cnn", "emulated_accelerator"])
+def test_repository_config_is_the_latency_soft_profile(model):
+    """A restarted Triton forgets overrides: its own config must be a ladder profile."""
+    path = REPOSITORY / model / "config.pbtxt"
+    config = parse_pbtxt(path.read_text(), str(path))
+    prof = load_profile(PROFILES / model / "latency-soft.yaml")
+    assert config["dynamic_batching"]["preferred_batch_size"] == list(prof.preferred_batch_size)
+    assert config["dynamic_batching"].get("max_queue_delay_microseconds", 0) == prof.max_queue_delay_us
+    assert config["max_batch_size"] == prof.max_batch_size
