@@ -269,3 +269,17 @@ async def test_run_controller_ticks_until_stopped(tmp_path):
     stop.set()
     await asyncio.wait_for(task, 5)
     assert source.closed and act.closed
+
+
+async def test_a_refused_pin_is_dropped_not_retried(tmp_path):
+    clock = Clock()
+    act = FakeActuator(live="latency-soft", fail={"aggressive"})
+    c = Controller(make_config(tmp_path), ScriptedSource(clock, [{}] * 3), act, clock=clock)
+    await c.start()
+    c.pin("aggressive")
+    decisions = await ticks(c, clock, 3)
+    assert decisions[0].reason is Reason.PIN
+    assert act.applied == ["aggressive"]
+    assert c.status.pinned is None and c.state.pin is None
+    assert "pin to aggressive failed" in c.status.last_error
+    assert c.state.active == "latency-soft"

@@ -11,7 +11,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -59,17 +59,17 @@ def _raise_stop(signum: int, frame: Any) -> None:
 @app.command()
 def serve(
     repository: Annotated[
-        Optional[Path], typer.Option(help="Model repository (default: the project's model_repository/).")
+        Path | None, typer.Option(help="Model repository (default: the project's model_repository/).")
     ] = None,
     host: Annotated[str, typer.Option(help="Address every endpoint binds.")] = "127.0.0.1",
     http_port: Annotated[int, typer.Option(help="HTTP/REST port.")] = 8000,
     grpc_port: Annotated[int, typer.Option(help="gRPC port.")] = 8001,
     metrics_port: Annotated[int, typer.Option(help="Prometheus /metrics port.")] = 8002,
     model: Annotated[
-        Optional[list[str]], typer.Option("--model", help="Load only this model (repeatable).")
+        list[str] | None, typer.Option("--model", help="Load only this model (repeatable).")
     ] = None,
     emulate_curve: Annotated[
-        Optional[Path],
+        Path | None,
         typer.Option(help="Batch curve file (../shared/curves format) for emulated_accelerator."),
     ] = None,
 ) -> None:
@@ -117,10 +117,10 @@ def serve(
 def render(
     profile: Annotated[Path, typer.Argument(help="Profile YAML (profiles/<model>/<name>.yaml).")],
     base: Annotated[
-        Optional[Path],
+        Path | None,
         typer.Option(help="config.pbtxt to merge into (default: the repository's config of the model)."),
     ] = None,
-    repository: Annotated[Optional[Path], typer.Option(help="Model repository for the default base.")] = None,
+    repository: Annotated[Path | None, typer.Option(help="Model repository for the default base.")] = None,
     override: Annotated[
         bool, typer.Option("--override", help="Print the JSON body of POST .../load instead.")
     ] = False,
@@ -647,6 +647,94 @@ def plan(
         out.print(f"wrote {path}")
     if drawn is not None:
         out.print(f"plotted {drawn}")
+
+
+# -- the sidecar ------------------------------------------------------------------------------
+
+
+@app.command()
+def run(
+    config: Annotated[Path, typer.Option("--config", "-c", help="Sidecar YAML (see examples/sidecar.yaml).")],
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Decide and log, but change nothing on the server.")
+    ] = False,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Run the sidecar: watch the model, decide, swap profiles; SIGTERM stops it.
+
+    Example: autobatch run --config examples/sidecar.yaml --dry-run
+    """
+    import asyncio
+    import logging
+
+    from autobatch.controller.app import run_sidecar
+    from autobatch.controller.config import load_sidecar_config
+
+    level = getattr(logging, log_level.upper(), None)
+    if not isinstance(level, int):
+        raise ConfigError(f"--log-level = {log_level!r}: must be debug, info, warning or error")
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # One line per HTTP request to Triton is noise at info level.
+    logging.getLogger("httpx").setLevel(max(level, logging.WARNING))
+    cfg = load_sidecar_config(config)
+
+    async def main_async() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+
+        def started(sidecar: Any) -> None:
+            mode = "dry run" if dry_run else cfg.actuator.kind
+            err.print(
+                f"autobatch sidecar for {cfg.model} ({mode}) on {sidecar.url}: "
+                f"/metrics /healthz /status POST /profile"
+            )
+
+        await run_sidecar(cfg, stop=stop, ready=started, dry_run=dry_run)
+        err.print("sidecar stopped")
+
+    asyncio.run(main_async())
+
+
+@app.command()
+def status(
+    url: Annotated[str, typer.Option(help="The sidecar's address.")] = "http://127.0.0.1:9400",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the raw JSON.")] = False,
+) -> None:
+    """Print a running sidecar's /status.
+
+    Example: autobatch status --url http://127.0.0.1:9400 --json
+    """
+    import httpx
+    from rich.table import Table
+
+    try:
+        r = httpx.get(url.rstrip("/") + "/status", timeout=5.0)
+        r.raise_for_status()
+        data = r.json()
+    except (httpx.HTTPError, ValueError) as exc:
+        raise AutobatchError(f"cannot read {url}/status: {exc}") from exc
+    if as_json:
+        print_json(data)
+        return
+    table = Table(title=f"autobatch sidecar: {data.get('model')}", show_header=False)
+    decision = data.get("last_decision") or {}
+    window = data.get("last_window") or {}
+    rows = [
+        ("active profile", data.get("active_profile")),
+        ("pinned", data.get("pinned") or "-"),
+        ("last decision", f"{decision.get('action', '-')} ({decision.get('reason', '-')})"),
+        ("why", decision.get("message", "-")),
+        ("switches", data.get("switches")),
+        ("errors", ", ".join(f"{k}={v}" for k, v in (data.get("errors") or {}).items()) or "none"),
+    ]
+    for key in ("request_rps", "mean_queue_ms", "mean_batch_size", "pending_requests", "p95_ms"):
+        value = window.get(key)
+        rows.append((f"window {key}", "-" if value is None else f"{value:.3g}"))
+    for k, v in rows:
+        table.add_row(k, str(v))
+    out.print(table)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -186,6 +186,14 @@ class Controller:
                 back = (actuation.active if actuation else None) or decision.current
                 self.state = self.state.switch_failed(back, self.clock())
                 self._set_active(back)
+                if decision.reason is Reason.PIN:
+                    # A pin the server refuses is dropped, not retried every tick;
+                    # /status and the error counter say what happened.
+                    self.pin(None)
+                    self.status.last_error = (
+                        f"actuate: pin to {decision.target} failed and was dropped: "
+                        f"{actuation.message if actuation else 'see the log'}"
+                    )
             self.status.desired = self.state.active
         self._record(window, decision, actuation)
         return decision

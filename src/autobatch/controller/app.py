@@ -1,0 +1,169 @@
+"""Wire a sidecar config into a running sidecar: source, actuator, loop, HTTP server.
+
+``run_sidecar(config, stop=..., ready=...)`` is what ``autobatch run`` calls
+and what tests and the demo embed: it returns when ``stop`` is set, after
+closing everything it opened. If one of its tasks dies, the others are stopped
+and the failure is re-raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from autobatch.actuators.base import Actuator
+from autobatch.controller.config import SidecarConfig, read_token
+from autobatch.controller.http import ControlServer
+from autobatch.controller.loop import Controller, WindowSource, run_controller
+from autobatch.errors import ConfigError
+from autobatch.signals.window import Window
+
+__all__ = ["Sidecar", "build_actuator", "build_source", "run_sidecar"]
+
+log = logging.getLogger("autobatch.controller")
+
+
+class _NoUtilization:
+    """``utilization: none``: drop the accelerator signal (e.g. a shared card's is misleading)."""
+
+    def __init__(self, inner: WindowSource) -> None:
+        self.inner = inner
+
+    async def poll(self) -> Window | None:  # type: ignore[override]
+        w = await self.inner.poll()
+        return None if w is None else replace(w, utilization=None)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def build_source(config: SidecarConfig, clock: Callable[[], float]) -> WindowSource:
+    s = config.signals
+    max_age = config.policy.max_window_age_s
+    if s.source == "prometheus":
+        from autobatch.signals.prometheus import PrometheusSource
+
+        selector = ",".join(f'{k}="{v}"' for k, v in sorted(s.selector.items()))
+        range_s = s.range_s or max(2.0 * config.interval_s, 4.0)
+        source: Any = PrometheusSource(
+            s.prometheus_url or "",
+            config.model,
+            selector=selector,
+            range_s=range_s,
+            clock=clock,
+            timeout_s=s.timeout_s,
+            max_age_s=max_age,
+        )
+    else:
+        from autobatch.signals.triton import TritonSource
+
+        source = TritonSource(
+            config.triton.http_url,
+            config.model,
+            metrics_url=config.triton.metrics_url,
+            utilization_url=s.dcgm_url if s.utilization == "dcgm" else None,
+            clock=clock,
+            timeout_s=s.timeout_s,
+            max_age_s=max_age,
+        )
+    return _NoUtilization(source) if s.utilization == "none" else source
+
+
+def build_actuator(config: SidecarConfig, *, dry_run: bool = False) -> Actuator:
+    a = config.actuator
+    if dry_run or a.kind == "dry-run":
+        from autobatch.actuators.dry_run import DryRunActuator
+
+        return DryRunActuator(
+            config.profiles, log=lambda line: log.info("%s", line), model=config.model
+        )
+    if a.kind == "triton":
+        from autobatch.actuators.triton import TritonReloadActuator
+
+        return TritonReloadActuator(
+            config.triton.http_url,
+            config.model,
+            config.profiles,
+            repository=a.repository if a.mode == "file" else None,
+            load_timeout_s=a.timeout_s,
+        )
+    if a.kind == "gateway":
+        try:
+            from autobatch.actuators.gateway import build_gateway_actuator
+        except ImportError as exc:
+            raise ConfigError(
+                f"{config.source}: actuator.kind = 'gateway': not available in this build"
+            ) from exc
+        return build_gateway_actuator(config)
+    raise ConfigError(f"{config.source}: actuator.kind = {a.kind!r}: unknown")
+
+
+class Sidecar:
+    """A running sidecar: the controller and its HTTP server (for tests and the demo)."""
+
+    def __init__(self, controller: Controller, server: ControlServer) -> None:
+        self.controller = controller
+        self.server = server
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+
+async def run_sidecar(
+    config: SidecarConfig,
+    *,
+    stop: asyncio.Event,
+    ready: Callable[[Sidecar], Any] | None = None,
+    dry_run: bool = False,
+    source: WindowSource | None = None,
+    actuator: Actuator | None = None,
+    registry: CollectorRegistry | None = None,
+    clock: Callable[[], float] | None = None,
+) -> None:
+    """Run until ``stop`` is set. ``ready(sidecar)`` is called once it serves HTTP."""
+    import time
+
+    clock = clock or time.time
+    token = read_token(config.server.token_file)
+    controller = Controller(
+        config,
+        source or build_source(config, clock),
+        actuator or build_actuator(config, dry_run=dry_run),
+        clock=clock,
+        registry=registry,
+    )
+    server = ControlServer(controller, config.server.host, config.server.port, token)
+    try:
+        await server.start()
+    except OSError as exc:
+        await controller.aclose()
+        raise ConfigError(
+            f"{config.source}: server.listen = '{config.server.host}:{config.server.port}': "
+            f"cannot listen there ({exc.strerror or exc})"
+        ) from exc
+    loop_ready = asyncio.Event()
+    loop_task = asyncio.create_task(run_controller(controller, stop=stop, ready=loop_ready))
+    try:
+        waiter = asyncio.create_task(loop_ready.wait())
+        done, _ = await asyncio.wait({loop_task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        if loop_task in done:
+            waiter.cancel()
+            loop_task.result()  # re-raise what killed it
+            return
+        if ready is not None:
+            ready(Sidecar(controller, server))
+        await loop_task
+    finally:
+        stop.set()
+        if not loop_task.done():
+            loop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await loop_task
+        await server.stop()

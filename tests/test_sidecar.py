@@ -1,0 +1,212 @@
+"""The sidecar against the real Triton: step load, refused profile, restart, metrics down.
+
+Its own Triton serves the emulated accelerator on a curve shaped like dense_mlp's
+on this CPU (batching pays), so the high phase saturates latency-soft and only a
+throughput profile carries it. The emulator holds the instance for the curve's
+time without burning CPU, which keeps the load generator's numbers honest on a
+two-core machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from autobatch.controller.app import run_sidecar
+from autobatch.controller.config import sidecar_config_from_mapping
+from autobatch.controller.loop import read_decision_log
+from autobatch.load import run_load
+from autobatch.plan.curve import BatchCurve
+from autobatch.schedule import Phase, Schedule
+from autobatch.serve import EMULATOR_MODEL, TritonServer, free_port
+
+from .conftest import PROFILES, REPOSITORY
+
+# latency-soft ([2, 4]) carries 4/20 ms = 200/s; aggressive ([8, 16, 32]) 32/48 ms = 667/s.
+CURVE = BatchCurve({1: 10.0, 2: 18.0, 4: 20.0, 8: 24.0, 16: 32.0, 32: 48.0}, name="dense-like")
+TOKEN = "test-token"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[TritonServer]:
+    with TritonServer.on_free_ports(REPOSITORY, models=[EMULATOR_MODEL], emulate_curve=CURVE) as s:
+        yield s
+
+
+def config(tmp_path: Path, server: TritonServer, **over):
+    curve = tmp_path / "curve.yaml"
+    curve.write_text(CURVE.to_yaml())
+    token = tmp_path / "token"
+    token.write_text(TOKEN + "\n")
+    data = {
+        "model": EMULATOR_MODEL,
+        "triton": {"http_url": server.urls.http, "metrics_url": server.urls.metrics},
+        "profiles": {"dir": str(PROFILES / EMULATOR_MODEL), "ladder": ["latency-soft", "aggressive"]},
+        "slo": {"p95_ms": 150},
+        "policy": {
+            "interval_s": 1, "confirmations": 2, "min_dwell_s": 6, "stabilization_s": 4,
+            "settle_s": 1.5, "curve": str(curve),
+        },
+        "server": {"listen": "127.0.0.1:0", "token_file": str(token)},
+        "decision_log": str(tmp_path / "decisions.jsonl"),
+    }
+    for key, value in over.items():
+        data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
+    return sidecar_config_from_mapping(data, "sidecar.yaml", base=tmp_path)
+
+
+class Running:
+    """The sidecar on a background event loop; stopped and joined on exit."""
+
+    def __init__(self, cfg) -> None:
+        self.cfg = cfg
+        self.sidecar = None
+        self.error: BaseException | None = None
+        self._ready = threading.Event()
+        self._loop = asyncio.new_event_loop()
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+
+        async def main() -> None:
+            self._stop = asyncio.Event()
+
+            def ready(sidecar) -> None:
+                self.sidecar = sidecar
+                self._ready.set()
+
+            await run_sidecar(self.cfg, stop=self._stop, ready=ready)
+
+        try:
+            self._loop.run_until_complete(main())
+        except BaseException as exc:  # surfaced by the test through .error
+            self.error = exc
+        finally:
+            self._ready.set()
+
+    def __enter__(self) -> Running:
+        self._thread.start()
+        assert self._ready.wait(120), "the sidecar did not start"
+        if self.error:
+            raise self.error
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(60)
+        assert not self._thread.is_alive(), "the sidecar did not stop"
+        if self.error and not isinstance(self.error, asyncio.CancelledError):
+            raise self.error
+
+    @property
+    def url(self) -> str:
+        return self.sidecar.url
+
+    def status(self) -> dict:
+        return httpx.get(self.url + "/status", timeout=5).json()
+
+    def wait_for(self, predicate, timeout_s: float, what: str) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            st = self.status()
+            if predicate(st):
+                return st
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}; status: {st}")
+            time.sleep(0.2)
+
+
+def live_preferred(server: TritonServer) -> list[int]:
+    cfg = httpx.get(f"{server.urls.http}/v2/models/{EMULATOR_MODEL}/config", timeout=30).json()
+    return cfg["dynamic_batching"]["preferred_batch_size"]
+
+
+def test_step_load_goes_to_throughput_and_back(tmp_path, server):
+    cfg = config(tmp_path, server)
+    schedule = Schedule((Phase("low", 20, 8), Phase("high", 300, 22), Phase("low-again", 20, 30)))
+    with Running(cfg) as running:
+        running.wait_for(lambda s: s["active_profile"] == "latency-soft", 30, "latency-soft at start")
+        report = run_load(server.urls.grpc, EMULATOR_MODEL, schedule, timeout_s=20)
+        final = running.wait_for(lambda s: s["ticks"] > 0, 5, "ticks")
+    log = read_decision_log(cfg.decision_log)
+    switches = [ln for ln in log if ln["decision"]["action"] == "switch" and ln["actuation"]]
+    path = [(s["decision"]["target"], s["decision"]["reason"], s["actuation"]["ok"]) for s in switches]
+    assert path, f"no switch at all: {[ln['decision']['message'] for ln in log][-10:]}"
+    up = [p for p in path if p[0] == "aggressive"]
+    down = [p for p in path if p[0] == "latency-soft"]
+    assert up and up[0][1] in ("saturation", "headroom") and up[0][2], path
+    assert down and down[-1][1] == "self_inflicted_wait" and down[-1][2], path
+    assert path[-1][0] == "latency-soft"
+    assert final["active_profile"] == "latency-soft"
+    assert live_preferred(server) == [2, 4]
+    # every switch was logged with its reason and a human message
+    assert all(s["decision"]["message"] for s in switches)
+    high = next(p for p in report.phases if p.name == "high")
+    assert high.failures == {}, high.failures
+
+
+def test_refused_profile_rolls_back_keeps_running_and_counts(tmp_path, server):
+    profiles = tmp_path / "profiles" / EMULATOR_MODEL
+    profiles.mkdir(parents=True)
+    for name in ("latency-soft", "aggressive"):
+        (profiles / f"{name}.yaml").write_text((PROFILES / EMULATOR_MODEL / f"{name}.yaml").read_text())
+    # Passes every local check; this CPU-only Triton refuses it.
+    (profiles / "gpu.yaml").write_text(
+        "name: gpu\nmax_batch_size: 32\ndynamic_batching: {preferred_batch_size: [8, 16]}\n"
+        "instance_group: {kind: KIND_GPU}\n"
+    )
+    cfg = config(tmp_path, server, profiles={"dir": str(profiles), "ladder": ["latency-soft", "gpu"]})
+    with Running(cfg) as running:
+        running.wait_for(lambda s: s["active_profile"] == "latency-soft", 30, "latency-soft")
+        r = httpx.post(running.url + "/profile", json={"profile": "gpu"},
+                       headers={"Authorization": f"Bearer {TOKEN}"})
+        assert r.status_code == 200
+        st = running.wait_for(lambda s: s["errors"].get("actuate", 0) >= 1, 30, "the refusal")
+        assert st["active_profile"] == "latency-soft"
+        assert st["pinned"] is None and "pin to gpu failed" in st["last_error"]
+        ticks = st["ticks"]
+        running.wait_for(lambda s: s["ticks"] >= ticks + 2, 15, "more ticks")
+        metrics = httpx.get(running.url + "/metrics").text
+        assert 'autobatch_actuation_failures_total{model="emulated_accelerator",reason="rejected"} 1.0' in metrics
+        assert httpx.get(running.url + "/healthz").status_code == 200
+    assert live_preferred(server) == [2, 4]
+
+
+def test_triton_killed_and_restarted_is_reapplied(tmp_path):
+    with TritonServer.on_free_ports(REPOSITORY, models=[EMULATOR_MODEL], emulate_curve=CURVE) as own:
+        cfg = config(tmp_path, own, profiles={"initial": "aggressive"})
+        with Running(cfg) as running:
+            running.wait_for(lambda s: s["active_profile"] == "aggressive", 60, "aggressive applied")
+            assert live_preferred(own) == [8, 16, 32]
+            own.kill()
+            st = running.wait_for(
+                lambda s: s["errors"].get("signals", 0) >= 2 and s["errors"].get("reconcile", 0) >= 1,
+                30, "errors while Triton is down",
+            )
+            assert st["last_decision"]["action"] == "hold"
+            own.start()  # same ports; the repository config (latency-soft) is back
+            own.load_emulator(CURVE)
+            running.wait_for(
+                lambda s: (s["last_actuation"] or {}).get("reason") == "reapplied", 60, "re-apply"
+            )
+            assert live_preferred(own) == [8, 16, 32]
+            assert running.status()["active_profile"] == "aggressive"
+
+
+def test_metrics_endpoint_down_holds_without_crashing(tmp_path, server):
+    dead = f"http://127.0.0.1:{free_port()}/metrics"
+    cfg = config(tmp_path, server, triton={"http_url": server.urls.http, "metrics_url": dead})
+    with Running(cfg) as running:
+        st = running.wait_for(lambda s: s["errors"].get("signals", 0) >= 3, 30, "signal errors")
+        assert st["last_decision"]["action"] == "hold"
+        assert st["switches"] == 0
+        assert httpx.get(running.url + "/healthz").status_code == 200
