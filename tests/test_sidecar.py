@@ -176,7 +176,8 @@ def test_refused_profile_rolls_back_keeps_running_and_counts(tmp_path, server):
         ticks = st["ticks"]
         running.wait_for(lambda s: s["ticks"] >= ticks + 2, 15, "more ticks")
         metrics = httpx.get(running.url + "/metrics").text
-        assert 'autobatch_actuation_failures_total{model="emulated_accelerator",reason="rejected"} 1.0' in metrics
+        failed = 'autobatch_actuation_failures_total{model="emulated_accelerator",reason="rejected"}'
+        assert f"{failed} 1.0" in metrics
         assert httpx.get(running.url + "/healthz").status_code == 200
     assert live_preferred(server) == [2, 4]
 
