@@ -7,7 +7,15 @@ from dataclasses import replace
 import pytest
 
 from autobatch.plan.curve import BatchCurve
-from autobatch.policy import Action, PolicySettings, Reason, State, capacity_rps, decide
+from autobatch.policy import (
+    Action,
+    PolicySettings,
+    Reason,
+    State,
+    capacity_rps,
+    decide,
+    floor_capacity_rps,
+)
 from autobatch.profiles import Profile
 from autobatch.signals import Window
 
@@ -81,6 +89,10 @@ SELF_WAIT = dict(inference_rps=20.0, mean_batch_size=1.2, mean_queue_ms=19.0, p9
         # self-inflicted waiting: step toward latency if the lower profile carries the load
         ("self-inflicted wait", "aggressive", win(**SELF_WAIT), {}, {},
          Action.SWITCH, "balanced", Reason.SELF_INFLICTED_WAIT),
+        # balanced's largest batches would carry 800/s, but at the margin it sends 8 (533/s)
+        ("self-inflicted wait, lower carries only with a backlog", "aggressive",
+         win(**dict(SELF_WAIT, inference_rps=450.0)), {}, {},
+         Action.HOLD, "aggressive", Reason.CAPACITY),
         ("self-inflicted wait, lower cannot carry", "aggressive",
          win(**dict(SELF_WAIT, inference_rps=700.0)), {}, {},
          Action.HOLD, "aggressive", Reason.CAPACITY),
@@ -152,6 +164,15 @@ def test_one_window(name, active, window, state_kw, settings_kw, action, target,
 def test_capacity_is_the_largest_preferred_batch_over_its_time(profile, curve, expected):
     got = capacity_rps(profile, curve)
     assert got == (pytest.approx(expected) if expected is not None else None)
+
+
+@pytest.mark.parametrize(
+    ("profile", "expected"),
+    [(LS, 1000 / 7.0), (BAL, 8 * 1000 / 15.0), (AGG, 16 * 1000 / 20.0)],
+)
+def test_floor_capacity_is_the_worst_preferred_size(profile, expected):
+    assert floor_capacity_rps(profile, GAINS) == pytest.approx(expected)
+    assert floor_capacity_rps(profile, None) is None
 
 
 def run(windows, state, s, interval=2.0, start=100.0, apply=True):

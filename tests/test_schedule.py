@@ -120,12 +120,12 @@ def test_load_schedule_errors_name_the_file(tmp_path: Path, text: str | None, me
 def test_step_example_is_low_high_low() -> None:
     s = load_schedule(EXAMPLES / "step.yaml")
     assert [(p.name, p.rate_rps, p.duration_s) for p in s.phases] == [
-        ("low", 20.0, 20.0),
-        ("high", 150.0, 30.0),
-        ("low-again", 20.0, 20.0),
+        ("low", 30.0, 25.0),
+        ("high", 350.0, 50.0),
+        ("low-again", 30.0, 45.0),
     ]
-    assert s.duration_s == 70.0
-    assert s.starts_s == (0.0, 20.0, 50.0)
+    assert s.duration_s == 120.0
+    assert s.starts_s == (0.0, 25.0, 75.0)
 
 
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)

@@ -737,5 +737,33 @@ def status(
     out.print(table)
 
 
+@app.command()
+def demo(
+    schedule: Annotated[
+        Path | None, typer.Option(help="Load schedule (default: examples/schedules/step.yaml).")
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option(help="Sidecar config (default: examples/sidecar.yaml).")
+    ] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write the timeline as a PNG here.")] = None,
+    keep: Annotated[
+        Path | None, typer.Option(help="Keep the decision log in this folder.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the per-phase summary as JSON.")] = False,
+) -> None:
+    """Close the loop: embedded Triton + dense_mlp, the sidecar, a step load (~2 min).
+
+    Example: autobatch demo --plot timeline.png
+    """
+    from autobatch.demo import run_demo
+
+    result = run_demo(
+        schedule_path=schedule, config_path=config, plot=plot, workdir=keep,
+        console=err if as_json else out,
+    )
+    if as_json:
+        print_json(result.to_dict())
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

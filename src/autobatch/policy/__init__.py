@@ -9,6 +9,7 @@ from autobatch.policy.core import (
     State,
     capacity_rps,
     decide,
+    floor_capacity_rps,
 )
 
 __all__ = [
@@ -20,4 +21,5 @@ __all__ = [
     "State",
     "capacity_rps",
     "decide",
+    "floor_capacity_rps",
 ]

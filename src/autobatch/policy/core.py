@@ -27,7 +27,8 @@ Two guards keep the ladder from flapping between those rules: a step toward
 throughput needs the arrival rate to fill the next profile's smallest
 preferred batch within its delay (else the new wait would be self-inflicted),
 and a step toward latency needs the lower profile to carry the current load
-(else it would saturate).
+with the batches it forms on the spot, without a backlog (else it would
+saturate): see :func:`floor_capacity_rps` vs :func:`capacity_rps`.
 
 Signal lags: counter-derived values (rates, mean queue time, batch size,
 pending) react within one window; the summary p95 lags up to 60 s. So the
@@ -55,6 +56,7 @@ __all__ = [
     "State",
     "capacity_rps",
     "decide",
+    "floor_capacity_rps",
 ]
 
 EPS = 1e-9
@@ -248,14 +250,31 @@ def _merged_curve(history: Sequence[Observation], prior: BatchCurve | None) -> B
 def capacity_rps(profile: Profile, curve: BatchCurve | None) -> float | None:
     """Items per second the profile sustains when the queue never empties.
 
-    With a full queue Triton sends the largest preferred batch every time, so
+    With a deep queue Triton sends the largest preferred batch every time, so
     the capacity is that batch over its run time, times the instance count.
+    This is what a saturated server gains by switching to the profile.
     """
     if curve is None:
         return None
     b = max(profile.effective_preferred)
     instances = profile.instance_count or 1
     return curve.throughput_rps(b) * instances
+
+
+def floor_capacity_rps(profile: Profile, curve: BatchCurve | None) -> float | None:
+    """Items per second the profile carries *without* building a deep queue.
+
+    At the margin the queue holds only a few requests when an instance frees,
+    and Triton sends the largest preferred size it can form, often the smallest
+    one. So a load below the worst of the preferred sizes' throughputs is
+    carried with batches formed on the spot; above it, only a backlog builds
+    the larger batches. Stepping toward latency checks this one, so a step down
+    under load does not land on a profile that saturates.
+    """
+    if curve is None:
+        return None
+    instances = profile.instance_count or 1
+    return min(curve.throughput_rps(b) for b in profile.effective_preferred) * instances
 
 
 # -- the decision ------------------------------------------------------------------------------
@@ -389,6 +408,7 @@ def _recommend(
     demand = w.inference_rps + max(0.0, w.pending_delta or 0.0) / interval
     sig["demand_rps"] = round(demand, 3)
     cap = {i: capacity_rps(p, curve) for i, p in enumerate(ladder)}
+    floor = {i: floor_capacity_rps(p, curve) for i, p in enumerate(ladder)}
     sig["capacity_rps"] = {p.name: (round(c, 1) if c else None) for p, c in zip(ladder, cap.values())}
 
     failures = sum(v for k, v in (w.failure_rps or {}).items() if k in s.failure_reasons)
@@ -417,7 +437,7 @@ def _recommend(
     # Failures count as a breach: back off toward latency.
     if failures > s.failure_rps_threshold + EPS:
         return _toward_latency(
-            cur_i, cap, demand, s, Reason.FAILURES,
+            cur_i, floor, demand, s, Reason.FAILURES,
             f"{failures:.2f} failed requests/s (rejected or timed out)",
         )
 
@@ -432,7 +452,7 @@ def _recommend(
         if cur_i == 0:
             return cur_i, Reason.STEADY, "waiting at the most latency-oriented profile already"
         return _toward_latency(
-            cur_i, cap, demand, s, Reason.SELF_INFLICTED_WAIT,
+            cur_i, floor, demand, s, Reason.SELF_INFLICTED_WAIT,
             f"queue {q:.1f} ms near max delay {delay_ms:g} ms while batches average {b:.1f} "
             f"< preferred {min(cur.effective_preferred)}",
         )
@@ -446,7 +466,7 @@ def _recommend(
         )
         if breach:
             return _toward_latency(
-                cur_i, cap, demand, s, Reason.SLO_BREACH,
+                cur_i, floor, demand, s, Reason.SLO_BREACH,
                 f"p95 {w.p95_ms:.1f} ms over the SLO {s.slo_p95_ms:g} ms without saturation",
             )
         util_ok = w.utilization is None or w.utilization < s.util_ceiling
@@ -471,7 +491,7 @@ def _recommend(
 
 def _toward_latency(
     cur_i: int,
-    cap: Mapping[int, float | None],
+    floor: Mapping[int, float | None],
     demand: float,
     s: PolicySettings,
     reason: Reason,
@@ -480,9 +500,10 @@ def _toward_latency(
     if cur_i == 0:
         return cur_i, Reason.AT_LIMIT, f"{why}; already at the most latency-oriented profile"
     lower = s.ladder[cur_i - 1]
-    c = cap[cur_i - 1]
+    c = floor[cur_i - 1]
     if c is not None and c < demand * s.capacity_margin:
         return cur_i, Reason.CAPACITY, (
-            f"{why}; but {lower.name} carries only {c:.0f}/s for a load of {demand:.0f}/s"
+            f"{why}; but {lower.name} carries only {c:.0f}/s without a backlog, "
+            f"for a load of {demand:.0f}/s"
         )
     return cur_i - 1, reason, why

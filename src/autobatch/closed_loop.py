@@ -1,0 +1,269 @@
+"""One closed-loop run: a schedule of load against Triton, with the sidecar or a static profile.
+
+The demo (``autobatch demo``) and ``benchmarks/closed_loop.py`` both call
+:func:`run_closed_loop`: the load generator runs in a worker thread (it owns
+its event loop), the sidecar — when there is one — on the caller's loop, and a
+sampler records once a second what was live, so each phase can be told with the
+profile that was in force and how fast the controller reacted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autobatch.controller.config import SidecarConfig
+from autobatch.errors import AutobatchError
+from autobatch.load import LoadReport, RequestRecord, run_load
+from autobatch.profiles import Profile
+from autobatch.schedule import Schedule
+
+__all__ = ["ClosedLoopResult", "PhaseSummary", "Sample", "apply_static", "run_closed_loop"]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """What was true at one second of the run (offset from the load's start)."""
+
+    t_s: float
+    phase: str
+    target_rps: float
+    active: str | None
+    completed_rps: float
+    p95_ms: float | None
+    decision: str | None
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class Switch:
+    t_s: float
+    to: str
+    reason: str
+    message: str
+    ok: bool
+    duration_s: float | None
+
+
+@dataclass(frozen=True)
+class PhaseSummary:
+    name: str
+    target_rps: float
+    throughput_rps: float
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    over_slo: int
+    """Requests slower than the SLO (or failed)."""
+    requests: int
+    failures: dict[str, int]
+    profiles: dict[str, float]
+    """Share of the phase's seconds each profile was live."""
+    reaction_s: float | None
+    """Seconds from the phase start to the first switch in it (None: no switch)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+@dataclass(frozen=True)
+class ClosedLoopResult:
+    mode: str
+    schedule: Schedule
+    slo_p95_ms: float
+    report: LoadReport
+    samples: tuple[Sample, ...]
+    switches: tuple[Switch, ...]
+    phases: tuple[PhaseSummary, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "slo_p95_ms": self.slo_p95_ms,
+            "phases": [p.to_dict() for p in self.phases],
+            "switches": [s.__dict__ for s in self.switches],
+            "failed_requests": sum(sum(p.failures.values()) for p in self.phases),
+        }
+
+
+async def apply_static(http_url: str, model: str, profile: Profile, timeout_s: float = 180.0) -> None:
+    """Put ``profile`` live before a static run (through the reload actuator)."""
+    from autobatch.actuators.triton import TritonReloadActuator
+
+    actuator = TritonReloadActuator(http_url, model, [profile], load_timeout_s=timeout_s)
+    try:
+        result = await actuator.apply(profile)
+    finally:
+        await actuator.aclose()
+    if not result.ok:
+        raise AutobatchError(f"could not apply {profile.name} to {model}: {result.message}")
+
+
+class _Recorder:
+    """Collects request records from the load thread; reads are cheap snapshots."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.done: list[tuple[float, float, bool]] = []  # (completion offset, latency ms, ok)
+        self.t0: float | None = None
+
+    def __call__(self, rec: RequestRecord) -> None:
+        if rec.sent_s is None:
+            return
+        lat = rec.latency_ms or 0.0
+        with self.lock:
+            self.done.append((rec.sent_s + lat / 1000.0, lat, rec.ok))
+
+    def last(self, now_s: float, span_s: float = 2.0) -> tuple[float, float | None]:
+        with self.lock:
+            recent = [(lat, ok) for t, lat, ok in self.done[-5000:] if now_s - span_s <= t <= now_s]
+        if not recent:
+            return 0.0, None
+        lats = np.array([lat for lat, ok in recent if ok]) if recent else np.array([])
+        p95 = float(np.percentile(lats, 95)) if len(lats) else None
+        return len(recent) / span_s, p95
+
+
+async def run_closed_loop(
+    schedule: Schedule,
+    grpc_url: str,
+    model: str,
+    *,
+    sidecar: SidecarConfig | None,
+    slo_p95_ms: float,
+    mode: str = "controller",
+    on_sample: Callable[[Sample, Any], Any] | None = None,
+    timeout_s: float = 30.0,
+    seed: int = 0,
+) -> ClosedLoopResult:
+    """Drive ``schedule``; with ``sidecar`` the controller runs alongside, else what is live stays."""
+    from autobatch.controller.app import run_sidecar
+
+    recorder = _Recorder()
+    stop = asyncio.Event()
+    holder: dict[str, Any] = {}
+    sidecar_task: asyncio.Task[None] | None = None
+    if sidecar is not None:
+        started = asyncio.Event()
+
+        def ready(sc: Any) -> None:
+            holder["sidecar"] = sc
+            started.set()
+
+        sidecar_task = asyncio.create_task(run_sidecar(sidecar, stop=stop, ready=ready))
+        waiter = asyncio.create_task(started.wait())
+        await asyncio.wait({sidecar_task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        if sidecar_task.done():
+            waiter.cancel()
+            sidecar_task.result()
+            raise AutobatchError("the sidecar stopped before it started")
+
+    loop = asyncio.get_running_loop()
+    t0 = time.monotonic()
+    load = loop.run_in_executor(
+        None,
+        lambda: run_load(
+            grpc_url, model, schedule, timeout_s=timeout_s, seed=seed, on_record=recorder
+        ),
+    )
+    samples: list[Sample] = []
+    starts = schedule.starts_s
+    try:
+        while not load.done():
+            await asyncio.wait({load}, timeout=1.0)
+            now = time.monotonic() - t0
+            i = max(0, min(len(starts) - 1, int(np.searchsorted(starts, now, side="right")) - 1))
+            phase = schedule.phases[i]
+            rps, p95 = recorder.last(now)
+            status = holder["sidecar"].controller.status if "sidecar" in holder else None
+            decision = status.last_decision if status else None
+            sample = Sample(
+                t_s=round(now, 2),
+                phase=phase.name,
+                target_rps=phase.rate_rps,
+                active=status.active if status else mode,
+                completed_rps=rps,
+                p95_ms=p95,
+                decision=decision["action"] if decision else None,
+                reason=decision["reason"] if decision else None,
+            )
+            samples.append(sample)
+            if on_sample is not None:
+                on_sample(sample, status)
+        report: LoadReport = load.result()
+    finally:
+        stop.set()
+        if sidecar_task is not None:
+            await asyncio.gather(sidecar_task, return_exceptions=True)
+    switches: tuple[Switch, ...] = ()
+    if sidecar is not None and sidecar.decision_log is not None and Path(sidecar.decision_log).exists():
+        switches = tuple(_switches(Path(sidecar.decision_log), t0_wall=time.time() - (time.monotonic() - t0)))
+    result = ClosedLoopResult(mode, schedule, slo_p95_ms, report, tuple(samples), switches)
+    return replace(result, phases=tuple(_summaries(result, recorder)))
+
+
+def _switches(log_path: Path, t0_wall: float) -> list[Switch]:
+    out = []
+    with open(log_path, encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            d = row["decision"]
+            if d["action"] != "switch" or not row.get("actuation"):
+                continue
+            a = row["actuation"]
+            out.append(Switch(round(d["at_s"] - t0_wall, 2), d["target"], d["reason"], d["message"],
+                              bool(a["ok"]), a.get("duration_s")))
+    return out
+
+
+def _summaries(result: ClosedLoopResult, recorder: _Recorder) -> list[PhaseSummary]:
+    starts = list(result.schedule.starts_s) + [result.schedule.duration_s]
+    out = []
+    records = result.report.records
+    for i, (phase, stats) in enumerate(zip(result.schedule.phases, result.report.phases)):
+        mine = [r for r in records if r.phase_index == i]
+        over = sum(1 for r in mine if not r.ok or (r.latency_ms or 0) > result.slo_p95_ms)
+        lo, hi = starts[i], starts[i + 1]
+        in_phase = [s for s in result.samples if lo <= s.t_s < hi + 1e-9]
+        shares: dict[str, float] = {}
+        for s in in_phase:
+            key = s.active or "?"
+            shares[key] = shares.get(key, 0) + 1
+        total = sum(shares.values()) or 1
+        reaction = next((sw.t_s - lo for sw in result.switches if lo <= sw.t_s < hi and sw.ok), None)
+        out.append(
+            PhaseSummary(
+                name=phase.name,
+                target_rps=phase.rate_rps,
+                throughput_rps=stats.throughput_rps,
+                p50_ms=stats.p50_ms,
+                p95_ms=stats.p95_ms,
+                p99_ms=stats.p99_ms,
+                over_slo=over,
+                requests=len(mine),
+                failures=dict(stats.failures),
+                profiles={k: round(v / total, 3) for k, v in sorted(shares.items(), key=lambda kv: -kv[1])},
+                reaction_s=None if reaction is None else round(reaction, 1),
+            )
+        )
+    return out
+
+
+def latencies_during(records: Sequence[RequestRecord], windows: Sequence[tuple[float, float]]) -> np.ndarray:
+    """Latencies (ms) of requests in flight during any of ``windows`` (offsets in seconds)."""
+    lats = []
+    for r in records:
+        if r.sent_s is None or r.latency_ms is None:
+            continue
+        end = r.sent_s + r.latency_ms / 1000.0
+        if any(r.sent_s < b and end > a for a, b in windows):
+            lats.append(r.latency_ms)
+    return np.array(lats)
