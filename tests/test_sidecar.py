@@ -23,6 +23,7 @@ from autobatch.controller.config import sidecar_config_from_mapping
 from autobatch.controller.loop import read_decision_log
 from autobatch.load import run_load
 from autobatch.plan.curve import BatchCurve
+from autobatch.plan.replay import parse_trace, replay
 from autobatch.schedule import Phase, Schedule
 from autobatch.serve import EMULATOR_MODEL, TritonServer, free_port
 
@@ -152,6 +153,10 @@ def test_step_load_goes_to_throughput_and_back(tmp_path, server):
     assert all(s["decision"]["message"] for s in switches)
     high = next(p for p in report.phases if p.name == "high")
     assert high.failures == {}, high.failures
+    # replay runs the recorded windows through the same policy code: same decisions
+    lines = cfg.decision_log.read_text().splitlines()
+    steps = replay(parse_trace(lines), cfg.policy)
+    assert all(s.agrees for s in steps), [s.decision.message for s in steps if not s.agrees]
 
 
 def test_refused_profile_rolls_back_keeps_running_and_counts(tmp_path, server):

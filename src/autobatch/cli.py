@@ -738,6 +738,78 @@ def status(
 
 
 @app.command()
+def replay(
+    config: Annotated[Path, typer.Option("--config", "-c", help="Sidecar YAML whose policy to replay.")],
+    trace: Annotated[
+        Path, typer.Option(help="JSON lines: `autobatch watch --json` output or a decision log.")
+    ],
+    initial: Annotated[
+        str | None, typer.Option(help="Profile live at the start (default: the trace's, else the first).")
+    ] = None,
+    show_all: Annotated[bool, typer.Option("--all", help="Show every tick, not only the changes.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON line per tick.")] = False,
+) -> None:
+    """Replay recorded windows through the sidecar's policy: what would it decide, and why.
+
+    Example: autobatch replay --config examples/sidecar.yaml --trace out/decisions.jsonl
+    """
+    from rich.table import Table
+
+    from autobatch.controller.config import load_sidecar_config
+    from autobatch.plan.replay import parse_trace
+    from autobatch.plan.replay import replay as run_replay
+
+    cfg = load_sidecar_config(config)
+    try:
+        lines = trace.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise ConfigError(f"{trace}: cannot read: {exc}", source=str(trace)) from exc
+    if initial is not None and initial not in [p.name for p in cfg.profiles]:
+        raise ConfigError(f"--initial = {initial!r}: not in the ladder of {config}")
+    steps = run_replay(
+        parse_trace(lines, str(trace)), cfg.policy, initial=initial, history_windows=cfg.history_windows
+    )
+    if as_json:
+        for st in steps:
+            print_json({"now_s": st.tick.now_s, "decision": st.decision.to_dict(),
+                        "active_after": st.active_after, "agrees_with_recording": st.agrees})
+        return
+    t0 = steps[0].tick.now_s
+    table = Table(title=f"replay of {trace} through {config}")
+    for col in ("t s", "req/s", "queue ms", "batch", "pending", "p95 ms", "decision", "reason", "why"):
+        table.add_column(col, justify="left" if col in ("decision", "reason", "why") else "right")
+
+    def num(v: float | None, fmt: str = "{:.1f}") -> str:
+        return "-" if v is None else fmt.format(v)
+
+    previous = None
+    for st in steps:
+        d, w = st.decision, st.tick.window
+        key = (d.action, d.reason)
+        if not show_all and not d.switch and key == previous:
+            continue
+        previous = key
+        verb = f"switch -> {d.target}" if d.switch else f"hold {d.current}"
+        table.add_row(
+            f"{st.tick.now_s - t0:.0f}",
+            num(w.request_rps if w else None), num(w.mean_queue_ms if w else None),
+            num(w.mean_batch_size if w else None), num(w.pending_requests if w else None, "{:.0f}"),
+            num(w.p95_ms if w else None), verb, d.reason.value, d.message,
+        )
+    out.print(table)
+    switches = [st for st in steps if st.decision.switch]
+    by_reason: dict[str, int] = {}
+    for st in switches:
+        by_reason[st.decision.reason.value] = by_reason.get(st.decision.reason.value, 0) + 1
+    out.print(f"{len(steps)} ticks, {len(switches)} switches "
+              f"({', '.join(f'{k} {v}' for k, v in by_reason.items()) or 'none'}); "
+              f"final profile {steps[-1].active_after}")
+    recorded = [st.agrees for st in steps if st.agrees is not None]
+    if recorded:
+        out.print(f"agrees with the recorded decisions on {sum(recorded)}/{len(recorded)} ticks")
+
+
+@app.command()
 def demo(
     schedule: Annotated[
         Path | None, typer.Option(help="Load schedule (default: examples/schedules/step.yaml).")

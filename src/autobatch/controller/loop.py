@@ -168,7 +168,8 @@ class Controller:
                 self.metrics.stale_windows.labels(cfg.model, window.stale_reason or "unknown").inc()
             self.history.append(window)
 
-        await self._reconcile()
+        reconciled = await self._reconcile()
+        pin_before = self.state.pin
 
         now = self.clock()
         decision, self.state = decide(list(self.history), self.state, cfg.policy, now)
@@ -195,7 +196,7 @@ class Controller:
                         f"{actuation.message if actuation else 'see the log'}"
                     )
             self.status.desired = self.state.active
-        self._record(window, decision, actuation)
+        self._record(window, decision, actuation, reconciled, pin_before)
         return decision
 
     # -- pin -----------------------------------------------------------------------------
@@ -238,7 +239,7 @@ class Controller:
                 self._set_active(result.active)
         return result
 
-    async def _reconcile(self) -> None:
+    async def _reconcile(self) -> ActuationResult | None:
         assert self.state is not None
         desired = self.state.active
         self.status.desired = desired
@@ -246,11 +247,11 @@ class Controller:
             result = await self.actuator.reconcile(self.config.profile(desired))
         except Exception as exc:
             self._error("reconcile", exc)
-            return
+            return None
         if result is None:
             if self.status.active != desired and desired == self.state.active:
                 self._set_active(desired)
-            return
+            return None
         self.status.last_actuation = _result_dict(result)
         self.metrics.actuation_seconds.labels(
             self.config.model, self.actuator.name, "ok" if result.ok else "failed"
@@ -264,6 +265,7 @@ class Controller:
         else:
             self.metrics.actuation_failures.labels(self.config.model, result.reason).inc()
             self._error("reconcile", AutobatchError(f"re-applying {desired} failed: {result.message}"))
+        return result
 
     async def _safe(self, aw: Awaitable[Any], stage: str) -> Any:
         try:
@@ -299,7 +301,12 @@ class Controller:
         )
 
     def _record(
-        self, window: Window | None, decision: Decision, actuation: ActuationResult | None
+        self,
+        window: Window | None,
+        decision: Decision,
+        actuation: ActuationResult | None,
+        reconciled: ActuationResult | None = None,
+        pin: str | None = None,
     ) -> None:
         if decision.switch or decision.reason not in (Reason.STEADY, Reason.NO_DATA, Reason.PINNED):
             level = logging.INFO if decision.switch else logging.DEBUG
@@ -313,6 +320,12 @@ class Controller:
             "window": window.to_dict() if window is not None else None,
             "decision": decision.to_dict(),
             "actuation": _result_dict(actuation) if actuation else None,
+            # Enough to replay the tick through the same policy: the pin in force and
+            # any re-apply after a restart (both change the policy's state).
+            "pin": pin,
+            "reconcile": _result_dict(reconciled) if reconciled else None,
+            "state_after": {"active": self.state.active if self.state else None,
+                            "last_switch_s": self.state.last_switch_s if self.state else None},
         }
         try:
             self._log_file.write(json.dumps(line) + "\n")

@@ -1,0 +1,120 @@
+"""Replay: recorded windows through the sidecar's own policy code."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autobatch.actuators.base import ActuationResult
+from autobatch.controller.loop import Controller
+from autobatch.errors import ConfigError, SignalError
+from autobatch.plan.replay import parse_trace, replay
+from autobatch.policy import Reason
+
+from .conftest import PROFILES
+from .test_controller_unit import SATURATED, Clock, FakeActuator, ScriptedSource, make_config, ticks
+
+DATA = Path(__file__).parent / "data"
+SELF_WAIT = dict(inference_rps=20.0, mean_batch_size=1.2, mean_queue_ms=19.0, p95_ms=30.0)
+
+
+async def record_a_run(tmp_path, **policy):
+    """A controller run with a switch, a failed switch, a pin, a scrape error and a restart."""
+    clock = Clock()
+    cfg = make_config(tmp_path, confirmations=2, min_dwell_s=4, **policy)
+    script = ([{}] * 2 + [SATURATED] * 4 + [SignalError("refused")] + [SELF_WAIT] * 12
+              + [SATURATED] * 3 + [{}] * 6)
+    act = FakeActuator(live="latency-soft", fail={"balanced"})
+    c = Controller(cfg, ScriptedSource(clock, script), act, clock=clock)
+    await c.start()
+    await ticks(c, clock, 10)
+    act.reconcile_result = ActuationResult("aggressive", True, 2.0, "reapplied", "restart", "aggressive")
+    await ticks(c, clock, 10)
+    c.pin("latency-soft")
+    await ticks(c, clock, 3)
+    c.pin(None)
+    await ticks(c, clock, 5)
+    await c.aclose()
+    return cfg
+
+
+async def test_a_decision_log_replays_to_the_same_decisions(tmp_path):
+    cfg = await record_a_run(tmp_path)
+    lines = cfg.decision_log.read_text().splitlines()
+    recorded = [json.loads(x)["decision"]["reason"] for x in lines]
+    assert {"saturation", "pin", "no_data"} <= set(recorded)  # the run exercised the paths
+    steps = replay(parse_trace(lines), cfg.policy)
+    assert [s.agrees for s in steps] == [True] * len(lines), [
+        (s.tick.recorded["reason"], s.decision.reason.value) for s in steps if not s.agrees
+    ]
+
+
+async def test_another_config_decides_differently_and_says_so(tmp_path):
+    cfg = await record_a_run(tmp_path)
+    other = make_config(tmp_path, confirmations=5, min_dwell_s=60)
+    steps = replay(parse_trace(cfg.decision_log.read_text().splitlines()), other.policy)
+    assert not all(s.agrees for s in steps)
+    assert sum(s.decision.switch for s in steps) < sum(
+        json.loads(x)["decision"]["action"] == "switch" for x in cfg.decision_log.read_text().splitlines()
+    )
+
+
+def test_watch_lines_replay_like_the_policy(tmp_path):
+    from autobatch.signals import Window
+
+    cfg = make_config(tmp_path, confirmations=2)
+    windows = []
+    for i in range(8):
+        end = 1000.0 + 2 * i
+        fields = SATURATED if 2 <= i < 6 else {}
+        windows.append(Window(model="dense_mlp", start_s=end - 2, end_s=end, **{
+            "inference_rps": 20.0, "mean_batch_size": 1.0, "mean_queue_ms": 0.2,
+            "pending_requests": 0.0, "pending_delta": 0.0, "p95_ms": 10.0, **fields}))
+    lines = [json.dumps(w.to_dict()) for w in windows]
+    steps = replay(parse_trace(lines), cfg.policy)
+    assert [s.decision.reason for s in steps][:4] == [
+        Reason.STEADY, Reason.STEADY, Reason.CONFIRMING, Reason.SATURATION
+    ]
+    assert steps[3].active_after == "aggressive"
+    assert all(s.agrees is None for s in steps)
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        (["{not json"], "line 1: not JSON"),
+        (["", "[1, 2]"], "line 2: expected a JSON object"),
+        (['{"model": "m"}'], "line 1: not a window or a decision-log line"),
+        ([""], "the trace holds no lines"),
+    ],
+)
+def test_bad_traces_name_the_line(lines, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_trace(lines, "t.jsonl")
+
+
+async def test_cli_replays_a_log_and_rejects_a_bad_trace(tmp_path):
+    cfg = await record_a_run(tmp_path)
+    config_file = tmp_path / "sidecar.yaml"
+    config_file.write_text(json.dumps({
+        "model": "dense_mlp",
+        "profiles": {"dir": str(PROFILES / "dense_mlp"),
+                     "ladder": ["latency-soft", "balanced", "aggressive"]},
+        "slo": {"p95_ms": 50},
+        "policy": {"interval_s": 1, "confirmations": 2, "min_dwell_s": 4, "stabilization_s": 0,
+                   "curve": str(DATA / "dense_mlp_curve.yaml")},
+    }))
+    run = [sys.executable, "-m", "autobatch", "replay", "--config", str(config_file)]
+    res = subprocess.run(run + ["--trace", str(cfg.decision_log)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    n = len(cfg.decision_log.read_text().splitlines())
+    assert f"agrees with the recorded decisions on {n}/{n} ticks" in res.stdout
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"decision": {}}\nnope\n')
+    res = subprocess.run(run + ["--trace", str(bad)], capture_output=True, text=True)
+    assert res.returncode == 2
+    assert res.stderr.strip().count("\n") == 0 and "line" in res.stderr
