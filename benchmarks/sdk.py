@@ -126,21 +126,29 @@ async def timed(call: Callable[[np.ndarray], Awaitable[Any]], x: np.ndarray, run
 
 
 async def one_caller(calls: dict[str, Any], x: np.ndarray, pairs: int, stats: Stats,
-                     runs: dict[str, Run]) -> None:
-    """Alternate the clients request by request (ABBA), so drift hits both alike."""
+                     runs: dict[str, Run]) -> float:
+    """Alternate the clients request by request (ABBA), so drift hits both alike.
+
+    Returns the median over pairs of (SDK - plain) latency, in ms: the overhead
+    with most of the machine's noise taken out.
+    """
     for call in calls.values():
         for _ in range(20):
             await call(x)
     before = stats.read()
     order = list(calls)
+    diffs = []
     for k in range(pairs):
         for name in order if k % 2 == 0 else order[::-1]:
             t0 = time.perf_counter()
             await timed(calls[name], x, runs[name])
             runs[name].busy_s += time.perf_counter() - t0
+        if len(runs["plain"].latencies_ms) == len(runs["sdk"].latencies_ms) == k + 1:
+            diffs.append(runs["sdk"].latencies_ms[-1] - runs["plain"].latencies_ms[-1])
     after = stats.read()
     for run in runs.values():  # both ran one request at a time: one figure for both
         run.add_counts(before, after)
+    return float(np.median(diffs)) if diffs else float("nan")
 
 
 async def many_callers(call: Callable[[np.ndarray], Awaitable[Any]], inputs: list[np.ndarray],
@@ -187,7 +195,7 @@ async def measure_setting(server: TritonServer, model: str, width: int, args: ar
         sdk = make_sdk(sdk_client)
         calls = {"plain": plain, "sdk": sdk}
         single = {name: Run() for name in calls}
-        await one_caller(calls, inputs[0], args.pairs, stats, single)
+        paired = await one_caller(calls, inputs[0], args.pairs, stats, single)
         many = {name: Run() for name in calls}
         for call in calls.values():  # warm-up at full concurrency, not recorded
             await many_callers(call, inputs, 0.5, None)
@@ -202,6 +210,7 @@ async def measure_setting(server: TritonServer, model: str, width: int, args: ar
         "1": {name: run.summary() for name, run in single.items()},
         str(MANY): {name: run.summary() for name, run in many.items()},
         "sdk_mean_batch_requests": sdk_stats.mean_batch_requests,
+        "paired_overhead_1_ms": paired,
     }
 
 
@@ -211,8 +220,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=3.0,
                     help="length of one round at 64 callers, per client")
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds at 64 callers")
-    ap.add_argument("--pairs", type=int, default=300, help="request pairs at 1 caller")
-    ap.add_argument("--repeats", type=int, default=7, help="repeats per point of the curve")
+    ap.add_argument("--pairs", type=int, default=600, help="request pairs at 1 caller")
+    ap.add_argument("--repeats", type=int, default=15, help="repeats per point of the curve")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     console = Console(stderr=args.json, width=132)
@@ -222,7 +231,7 @@ def main() -> None:
         config = http.get(f"/v2/models/{args.model}/config").json()
         width = int(config["input"][0]["dims"][0])
         with console.status(f"measuring the batch curve of {args.model} ..."):
-            curve = measure_curve(server.urls.http, args.model, CURVE_SIZES, warmup=2,
+            curve = measure_curve(server.urls.http, args.model, CURVE_SIZES, warmup=3,
                                   repeats=args.repeats).curve
         limits = {b: b / ms * 1000 for b, ms in curve.points.items()}
         best = max(limits, key=limits.__getitem__)
@@ -292,7 +301,9 @@ def report(console: Console, results: dict[str, Any]) -> None:
     )
     console.print(
         f"1 caller, p50 SDK - plain: {r['p50_sdk_minus_plain_1_off_ms']:+.3f} ms (batching off), "
-        f"{r['p50_sdk_minus_plain_1_on_ms']:+.3f} ms (on)"
+        f"{r['p50_sdk_minus_plain_1_on_ms']:+.3f} ms (on); median of paired differences "
+        f"{results['off']['paired_overhead_1_ms']:+.3f} ms (off), "
+        f"{results['on']['paired_overhead_1_ms']:+.3f} ms (on)"
     )
     for name, ok in results["must_show"].items():
         console.print(f"{'PASS' if ok else 'FAIL'}  {name}")

@@ -199,6 +199,8 @@ def test_bad_arguments_fail_before_connecting():
         TritonBatchClient("127.0.0.1:1", ECHO, max_in_flight=0)
     with pytest.raises(ConfigError, match="priority = -1"):
         TritonBatchClient("127.0.0.1:1", ECHO, priority=-1)
+    with pytest.raises(ConfigError, match="client_timeout_s = '5'"):
+        TritonBatchClient("127.0.0.1:1", ECHO, client_timeout_s="5")  # type: ignore[arg-type]
 
 
 async def test_a_smaller_max_batch_size_caps_every_batch(triton):
@@ -264,9 +266,12 @@ def policy_triton():
     level 1 rejects a request that waited 1 ms, and a request's own timeout may
     shorten the default one. So a request that reaches Triton with priority 1,
     or with a 1 ms timeout, is rejected; one without is answered after the delay.
+    Its input and output are [n, -1]: any width, echoed.
     """
     path = REPOSITORY / ECHO / "config.pbtxt"
     config = parse_pbtxt(path.read_text(encoding="utf-8"), str(path))
+    config["input"][0]["dims"] = [-1]
+    config["output"][0]["dims"] = [-1]
     config["dynamic_batching"] = {
         "preferred_batch_size": [32],
         "max_queue_delay_microseconds": QUEUE_DELAY_US,
@@ -312,3 +317,17 @@ async def test_priority_reaches_triton(policy_triton, protocol):
             await client.infer({"INPUT": rows(1, 1)})  # the client's default: level 1
         out = await client.infer({"INPUT": rows(2, 1)}, priority=2)
         np.testing.assert_array_equal(out["OUTPUT"], rows(2, 1))
+
+
+async def test_requests_of_different_widths_are_batched_apart(policy_triton):
+    async with TritonBatchClient(policy_triton.urls.grpc, ECHO, max_delay_s=0.005,
+                                 adaptive=False) as client:
+        inputs = [rows(i, 2)[:, : (16 if i % 2 else 8)] for i in range(6)]
+        outs = await asyncio.gather(*(client.infer({"INPUT": x}) for x in inputs))
+        with pytest.raises(InvalidRequestError, match=r"has shape \[1, 2, 8\]; the model wants "
+                                                       r"FP32 \[n, -1\]"):
+            await client.infer({"INPUT": np.zeros((1, 2, 8), np.float32)})
+        stats = client.statistics()
+    for x, out in zip(inputs, outs):
+        np.testing.assert_array_equal(out["OUTPUT"], x)
+    assert stats.batches == 2  # one per width

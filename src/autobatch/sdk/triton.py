@@ -46,7 +46,7 @@ _SETUP_TIMEOUT_S = 10.0
 
 
 class _InputSpec:
-    __slots__ = ("datatype", "dims", "dtype", "name", "optional")
+    __slots__ = ("datatype", "dims", "dtype", "fixed", "name", "optional")
 
     def __init__(self, name: str, datatype: str, dtype: np.dtype[Any], dims: tuple[int, ...],
                  optional: bool) -> None:
@@ -55,6 +55,8 @@ class _InputSpec:
         self.dtype = dtype
         self.dims = dims
         self.optional = optional
+        # The non-batch shape when no dimension is variable (-1): one tuple compare per call.
+        self.fixed = dims if all(d >= 0 for d in dims) else None
 
     def describe(self) -> str:
         shape = ", ".join("-1" if d < 0 else str(d) for d in self.dims)
@@ -67,17 +69,15 @@ class _Item:
     __slots__ = ("inputs", "key", "priority", "rows", "server_timeout_us")
 
     def __init__(self, inputs: dict[str, np.ndarray], rows: int, priority: int,
-                 server_timeout_us: int | None) -> None:
+                 server_timeout_us: int | None, varying: tuple[Any, ...]) -> None:
         self.inputs = inputs
         self.rows = rows
         self.priority = priority
         self.server_timeout_us = server_timeout_us
-        # One Triton request has one priority and one timeout, so they split groups too.
-        self.key = (
-            tuple((name, arr.dtype.str, arr.shape[1:]) for name, arr in inputs.items()),
-            priority,
-            server_timeout_us,
-        )
+        # Requests merge when everything that can differ between valid ones matches:
+        # optional inputs left out, variable dimensions, BYTES dtypes, and (one
+        # Triton request has one of each) priority and timeout.
+        self.key = (varying, priority, server_timeout_us)
 
 
 def _strip_scheme(url: str) -> str:
@@ -154,7 +154,8 @@ class TritonBatchClient:
                 f"max_batch_size = {max_batch_size!r}: max_batch_size must be an integer >= 1, "
                 "or None for the model's own"
             )
-        if not client_timeout_s > 0:
+        if (isinstance(client_timeout_s, bool) or not isinstance(client_timeout_s, (int, float))
+                or not client_timeout_s > 0):
             raise ConfigError(f"client_timeout_s = {client_timeout_s!r}: must be > 0 seconds")
         self.url = _strip_scheme(url)
         self.model = model
@@ -286,11 +287,13 @@ class TritonBatchClient:
                 f"{', '.join(self._inputs)}"
             )
         checked: dict[str, np.ndarray] = {}
+        varying: list[Any] = []
         rows = None
         for name, spec in self._inputs.items():
             arr = inputs.get(name)
             if arr is None:
                 if spec.optional:
+                    varying.append((name, None))
                     continue
                 raise InvalidRequestError(f"{where}: input {name!r} ({spec.describe()}) is missing")
             if not isinstance(arr, np.ndarray):
@@ -303,16 +306,23 @@ class TritonBatchClient:
                         f"{where}: input {name!r} has dtype {arr.dtype}; the model wants BYTES "
                         "(an object or bytes array)"
                     )
+                varying.append((name, arr.dtype.str))
             elif arr.dtype != spec.dtype:
                 raise InvalidRequestError(
                     f"{where}: input {name!r} has dtype {arr.dtype}; the model wants "
                     f"{spec.datatype} ({spec.dtype}); convert it with .astype(np.{spec.dtype})"
                 )
-            if arr.ndim != len(spec.dims) + 1 or any(
-                d >= 0 and d != s for d, s in zip(spec.dims, arr.shape[1:])
-            ):
+            shape = arr.shape
+            if spec.fixed is not None:
+                bad_shape = shape[1:] != spec.fixed or not shape
+            else:
+                bad_shape = arr.ndim != len(spec.dims) + 1 or any(
+                    d >= 0 and d != s for d, s in zip(spec.dims, shape[1:])
+                )
+                varying.append((name, shape[1:]))
+            if bad_shape:
                 raise InvalidRequestError(
-                    f"{where}: input {name!r} has shape {list(arr.shape)}; the model wants "
+                    f"{where}: input {name!r} has shape {list(shape)}; the model wants "
                     f"{spec.describe()}, with a leading batch dimension n >= 1"
                 )
             n = arr.shape[0]
@@ -333,7 +343,7 @@ class TritonBatchClient:
                 f"{where}: a request of {rows} rows is larger than the batch limit of "
                 f"{self.max_batch_size} rows; split it"
             )
-        return _Item(checked, rows, priority, server_timeout_us)
+        return _Item(checked, rows, priority, server_timeout_us, tuple(varying))
 
     async def _run_batch(self, items: list[_Item]) -> list[dict[str, np.ndarray]]:
         first = items[0]
