@@ -46,12 +46,18 @@ class _NoUtilization:
 def build_source(config: SidecarConfig, clock: Callable[[], float]) -> WindowSource:
     s = config.signals
     max_age = config.policy.max_window_age_s
-    if s.source == "prometheus":
+    if config.actuator.kind == "gateway":
+        # The traffic is split between variants: the policy sees all of them combined
+        # (autobatch.actuators.gateway.signals says why).
+        from autobatch.actuators.gateway.settings import build_gateway_source
+
+        source: Any = build_gateway_source(config, clock)
+    elif s.source == "prometheus":
         from autobatch.signals.prometheus import PrometheusSource
 
         selector = ",".join(f'{k}="{v}"' for k, v in sorted(s.selector.items()))
         range_s = s.range_s or max(2.0 * config.interval_s, 4.0)
-        source: Any = PrometheusSource(
+        source = PrometheusSource(
             s.prometheus_url or "",
             config.model,
             selector=selector,

@@ -74,6 +74,9 @@ class ActuatorSettings:
     """How long one load may take before it counts as failed."""
     options: Mapping[str, Any] = field(default_factory=dict)
     """Kind-specific settings (the gateway's backend, servers, socket, steps, ...)."""
+    gateway: Any = None
+    """``kind: gateway``: the options validated into
+    :class:`autobatch.actuators.gateway.GatewaySettings`; None for other kinds."""
 
 
 @dataclass(frozen=True)
@@ -232,7 +235,23 @@ def sidecar_config_from_mapping(data: Any, source: str, base: Path) -> SidecarCo
         act.raw(k)
     if kind != "gateway" and options:
         raise act.fail(next(iter(options)), options[next(iter(options))], f"unknown field for kind {kind}")
-    actuator = ActuatorSettings(kind=kind, mode=mode, repository=repo, timeout_s=timeout, options=options)
+    gateway = None
+    if kind == "gateway":
+        from autobatch.actuators.gateway.settings import parse_gateway_options
+
+        gateway = parse_gateway_options(
+            options,
+            source=source,
+            base=base,
+            model=model,
+            ladder=[p.name for p in ladder],
+            http_url=triton.http_url,
+            metrics_url=triton.metrics_url,
+            slo_p95_ms=slo_p95,
+        )
+    actuator = ActuatorSettings(
+        kind=kind, mode=mode, repository=repo, timeout_s=timeout, options=options, gateway=gateway
+    )
     act.done()
 
     srv = top.section("server", {})

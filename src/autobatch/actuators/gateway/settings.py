@@ -1,0 +1,417 @@
+"""The gateway actuator's settings in the sidecar YAML, and building it from them.
+
+Everything under ``actuator:`` besides ``kind`` (``actuator: {kind: gateway, ...}``)::
+
+    actuator:
+      kind: gateway
+      gateway: haproxy                 # haproxy | httproute | virtualservice
+      # haproxy
+      socket: /run/haproxy/admin.sock  # the `stats socket ... level admin`, or HOST:PORT
+      backend: be_triton               # the backend whose servers are the variants
+      weight_scale: 100                # the HAProxy weight meaning 100 % (1..256)
+      # httproute / virtualservice
+      route: triton                    # the object's name
+      namespace: serving               # default: the pod's namespace, else "default"
+      rule: 0                          # index into spec.rules / spec.http
+      api_version: v1                  # e.g. v1beta1 for an older Istio
+      apply: auto                      # auto | api | print
+      manifest: k8s/httproute.yaml     # the route as deployed (needed to print patches)
+      # both
+      steps: [25, 50, 100]             # percent on the receiving variant after each step
+      step_dwell_s: 2                  # each step runs this long before the guard judges it
+      retry_s: 30                      # after a failed re-apply, wait before the next
+      request_timeout_s: 2             # per socket / API request
+      guard:                           # or `guard: false`
+        p95_ms: 60                     # default: slo.p95_ms
+        mean_ms: 60                    # default: guard.p95_ms
+        max_failure_rps: 0
+        failure_reasons: [REJECTED]    # default: every reason
+        min_requests: 0
+      variants:                        # one per ladder profile
+        latency-soft:
+          server: latency              # haproxy: its server in `backend`
+          backend: triton-latency      # kubernetes: backendRef name / Istio destination host
+          subset: latency              # Istio: the destination's subset, if any
+          model: dense_mlp__latency    # its model in Triton (default: the sidecar's model)
+          http_url: http://127.0.0.1:8000            # its Triton (default: triton.http_url)
+          metrics_url: http://127.0.0.1:8002/metrics # (default: triton.metrics_url)
+          selector: {pool: latency}    # signals.source prometheus: matchers of its replicas
+
+``actuator.timeout_s`` (the reload actuator's load timeout) does not apply here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autobatch.actuators.gateway.core import (
+    DEFAULT_STEPS,
+    GatewayActuator,
+    Guard,
+    GuardSettings,
+    Variant,
+)
+from autobatch.config import Section
+from autobatch.errors import ConfigError
+
+__all__ = [
+    "GATEWAYS",
+    "GatewaySettings",
+    "HAProxySettings",
+    "KubernetesSettings",
+    "VariantSettings",
+    "build_gateway_actuator",
+    "build_gateway_source",
+    "parse_gateway_options",
+]
+
+GATEWAYS = ("haproxy", "httproute", "virtualservice")
+
+
+@dataclass(frozen=True)
+class VariantSettings:
+    profile: str
+    target: str
+    """HAProxy server, HTTPRoute backendRef name, or Istio ``host`` / ``host/subset``."""
+    model: str
+    """Its model name in Triton."""
+    http_url: str
+    metrics_url: str
+    selector: Mapping[str, str] = field(default_factory=dict)
+    """Extra PromQL matchers for this variant's replicas (``signals.source: prometheus``)."""
+
+
+@dataclass(frozen=True)
+class HAProxySettings:
+    socket: str
+    backend: str
+    weight_scale: int = 100
+
+
+@dataclass(frozen=True)
+class KubernetesSettings:
+    kind: str
+    """``httproute`` or ``virtualservice``."""
+    route: str
+    namespace: str | None
+    """None: the pod's own namespace, else ``default``."""
+    rule: int = 0
+    api_version: str | None = None
+    apply: str = "auto"
+    """``auto`` (the API server when in a pod, else print), ``api`` or ``print``."""
+    manifest: Path | None = None
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    gateway: str
+    variants: tuple[VariantSettings, ...]
+    steps: tuple[int, ...] = DEFAULT_STEPS
+    step_dwell_s: float = 2.0
+    """Seconds each step runs before the guard judges it: long enough for the
+    receiving variant to complete a few dozen requests at its share."""
+    retry_s: float = 30.0
+    request_timeout_s: float = 2.0
+    guard: GuardSettings | None = None
+    """None: shift without a guard (``guard: false``)."""
+    haproxy: HAProxySettings | None = None
+    kubernetes: KubernetesSettings | None = None
+
+    def variant(self, profile: str) -> VariantSettings:
+        for v in self.variants:
+            if v.profile == profile:
+                return v
+        raise KeyError(profile)
+
+
+def _url(sec: Section, key: str, default: str) -> str:
+    v = sec.str(key, default)
+    if not (v.startswith("http://") or v.startswith("https://")):
+        raise sec.fail(key, v, "must be an http:// or https:// URL")
+    return v.rstrip("/")
+
+
+def parse_gateway_options(
+    options: Mapping[str, Any],
+    *,
+    source: str,
+    base: Path,
+    model: str,
+    ladder: Sequence[str],
+    http_url: str,
+    metrics_url: str,
+    slo_p95_ms: float,
+) -> GatewaySettings:
+    """Validate ``actuator:`` of kind gateway (without ``kind``); one-line ``ConfigError``s."""
+    sec = Section(source, dict(options), "actuator")
+    gateway = sec.str("gateway", "haproxy", choices=GATEWAYS)
+
+    steps = sec.int_list("steps", DEFAULT_STEPS, min=1, max=100)
+    if not steps or steps[-1] != 100 or any(b <= a for a, b in zip(steps, steps[1:])):
+        raise sec.fail("steps", list(steps), "must be increasing percents ending at 100, e.g. [25, 50, 100]")
+    dwell = sec.float("step_dwell_s", 2.0, min=0.0)
+    retry = sec.float("retry_s", 30.0, min=0.0)
+    timeout = sec.float("request_timeout_s", 2.0, min=0.0, min_exclusive=True)
+
+    guard: GuardSettings | None
+    raw_guard = sec.raw("guard", True)
+    if raw_guard is False:
+        guard = None
+    elif raw_guard is True:
+        guard = GuardSettings(p95_ms=slo_p95_ms)
+    else:
+        g = sec.section("guard")
+        reasons = g.raw("failure_reasons", None)
+        if reasons is not None and (
+            not isinstance(reasons, list) or not all(isinstance(r, str) and r for r in reasons)
+        ):
+            raise g.fail(
+                "failure_reasons", reasons, "must be a list of Triton failure reasons, e.g. [REJECTED]"
+            )
+        guard = GuardSettings(
+            p95_ms=g.float("p95_ms", slo_p95_ms, min=0.0, min_exclusive=True),
+            mean_ms=g.float("mean_ms", None, min=0.0, min_exclusive=True),
+            max_failure_rps=g.float("max_failure_rps", 0.0, min=0.0),
+            failure_reasons=tuple(reasons) if reasons is not None else None,
+            min_requests=g.int("min_requests", 0, min=0),
+        )
+        g.done()
+
+    haproxy: HAProxySettings | None = None
+    kube: KubernetesSettings | None = None
+    if gateway == "haproxy":
+        haproxy = HAProxySettings(
+            socket=sec.str("socket"),
+            backend=sec.str("backend"),
+            weight_scale=sec.int("weight_scale", 100, min=1, max=256),
+        )
+        target_key = "server"
+    else:
+        manifest = sec.str("manifest", None)
+        manifest_path = None
+        if manifest is not None:
+            p = Path(manifest).expanduser()
+            manifest_path = p if p.is_absolute() else base / p
+            if not manifest_path.is_file():
+                raise sec.fail("manifest", manifest, f"file {manifest_path} not found")
+        kube = KubernetesSettings(
+            kind=gateway,
+            route=sec.str("route"),
+            namespace=sec.str("namespace", None),
+            rule=sec.int("rule", 0, min=0),
+            api_version=sec.str("api_version", None),
+            apply=sec.str("apply", "auto", choices=("auto", "api", "print")),
+            manifest=manifest_path,
+        )
+        if kube.apply == "print" and manifest_path is None:
+            raise sec.fail("manifest", None, "is required when apply is print (the backends' order)")
+        target_key = "backend"
+
+    vsec = sec.section("variants")
+    variants: list[VariantSettings] = []
+    for name in vsec.data:
+        if name not in ladder:
+            raise vsec.fail(name, vsec.data[name], f"is not a profile of the ladder ({', '.join(ladder)})")
+    for name in ladder:
+        if name not in vsec.data:
+            where = vsec.field_path(name)
+            raise ConfigError(
+                f"{source}: {where}: required field is missing (every ladder profile needs a variant)",
+                source=source, field=where,
+            )
+        v = vsec.section(name)
+        target = v.str(target_key)
+        if gateway == "virtualservice":
+            subset = v.str("subset", None)
+            if "/" in target:
+                raise v.fail(target_key, target, "must be a host name (put the subset in `subset`)")
+            target = f"{target}/{subset}" if subset else target
+        selector = v.raw("selector", {})
+        if not isinstance(selector, Mapping) or not all(
+            isinstance(k, str) and isinstance(s, str) for k, s in selector.items()
+        ):
+            raise v.fail("selector", selector, "must map label names to string values")
+        variants.append(
+            VariantSettings(
+                profile=name,
+                target=target,
+                model=v.str("model", model),
+                http_url=_url(v, "http_url", http_url),
+                metrics_url=_url(v, "metrics_url", metrics_url),
+                selector=dict(selector),
+            )
+        )
+        v.done()
+    vsec.done()
+    targets = [v.target for v in variants]
+    for i, t in enumerate(targets):
+        if t in targets[:i]:
+            raise vsec.fail(f"{ladder[i]}.{target_key}", t, "is used by another variant; each needs its own")
+    sec.done()
+    return GatewaySettings(
+        gateway=gateway,
+        variants=tuple(variants),
+        steps=tuple(steps),
+        step_dwell_s=dwell,
+        retry_s=retry,
+        request_timeout_s=timeout,
+        guard=guard,
+        haproxy=haproxy,
+        kubernetes=kube,
+    )
+
+
+def _settings_of(config: Any) -> GatewaySettings:
+    g = getattr(config.actuator, "gateway", None)
+    if isinstance(g, GatewaySettings):
+        return g
+    return parse_gateway_options(
+        config.actuator.options,
+        source=config.source,
+        base=Path(config.source).resolve().parent,
+        model=config.model,
+        ladder=[p.name for p in config.profiles],
+        http_url=config.triton.http_url,
+        metrics_url=config.triton.metrics_url,
+        slo_p95_ms=config.policy.slo_p95_ms,
+    )
+
+
+def _variant_source(config: Any, v: VariantSettings, clock: Callable[[], float]) -> Any:
+    s = config.signals
+    if s.source == "prometheus":
+        from autobatch.signals.prometheus import PrometheusSource
+
+        matchers = {**s.selector, **v.selector}
+        return PrometheusSource(
+            s.prometheus_url or "",
+            v.model,
+            selector=",".join(f'{k}="{val}"' for k, val in sorted(matchers.items())),
+            range_s=s.range_s or max(2.0 * config.interval_s, 4.0),
+            clock=clock,
+            timeout_s=s.timeout_s,
+            max_age_s=config.policy.max_window_age_s,
+        )
+    from autobatch.signals.triton import TritonSource
+
+    return TritonSource(
+        v.http_url,
+        v.model,
+        metrics_url=v.metrics_url,
+        utilization_url=s.dcgm_url if s.utilization == "dcgm" else None,
+        clock=clock,
+        timeout_s=s.timeout_s,
+        max_age_s=config.policy.max_window_age_s,
+    )
+
+
+def build_gateway_source(config: Any, clock: Callable[[], float] = time.time) -> Any:
+    """The controller's source in gateway mode: every variant's signals, combined."""
+    from autobatch.actuators.gateway.signals import VariantsSource
+
+    settings = _settings_of(config)
+    return VariantsSource({v.profile: _variant_source(config, v, clock) for v in settings.variants},
+                          config.model)
+
+
+def build_gateway_actuator(
+    config: Any,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    wall_clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    out: Callable[[str], Any] = print,
+    env: Mapping[str, str] | None = None,
+    service_account_dir: Path | None = None,
+    client_factory: Any = None,
+) -> GatewayActuator:
+    """The gateway actuator a sidecar config describes (``autobatch run`` calls this).
+
+    ``env``, ``service_account_dir`` and ``client_factory`` locate the API server
+    (tests point them at a fake one); ``out`` receives printed patches.
+    """
+    from autobatch.actuators.gateway.signals import PrometheusStepSignals, TritonStepSignals
+
+    settings = _settings_of(config)
+    variants = {
+        v.profile: Variant(profile=v.profile, target=v.target, model=v.model) for v in settings.variants
+    }
+    backend: Any
+    if settings.haproxy is not None:
+        from autobatch.actuators.gateway.haproxy import HAProxyRuntime, HAProxyWeights
+
+        backend = HAProxyWeights(
+            HAProxyRuntime(settings.haproxy.socket, timeout_s=settings.request_timeout_s),
+            settings.haproxy.backend,
+            weight_scale=settings.haproxy.weight_scale,
+        )
+    else:
+        backend = _kubernetes_backend(config, settings, out, env, service_account_dir, client_factory)
+    guard = None
+    if settings.guard is not None and backend.changes_traffic:
+        signals: dict[str, Any] = {}
+        for v in settings.variants:
+            src = _variant_source(config, v, wall_clock)
+            prometheus = config.signals.source == "prometheus"
+            signals[v.profile] = PrometheusStepSignals(src) if prometheus else TritonStepSignals(src)
+        guard = Guard(signals, settings.guard)
+    return GatewayActuator(
+        config.profiles,
+        variants,
+        backend,
+        guard=guard,
+        steps=settings.steps,
+        step_dwell_s=settings.step_dwell_s,
+        retry_s=settings.retry_s,
+        clock=clock,
+        sleep=sleep,
+    )
+
+
+def _kubernetes_backend(
+    config: Any,
+    settings: GatewaySettings,
+    out: Callable[[str], Any],
+    env: Mapping[str, str] | None,
+    sa_dir: Path | None,
+    client_factory: Any,
+) -> Any:
+    from autobatch.actuators.gateway.kubernetes import (
+        KINDS,
+        SERVICE_ACCOUNT_DIR,
+        InCluster,
+        KubernetesApi,
+        KubernetesRoute,
+        RouteRef,
+        load_manifest,
+    )
+
+    k = settings.kubernetes
+    assert k is not None
+    cluster = InCluster.detect(env, sa_dir or SERVICE_ACCOUNT_DIR) if k.apply != "print" else None
+    if k.apply == "api" and cluster is None:
+        raise ConfigError(
+            f"{config.source}: actuator.apply = 'api': not running in a Kubernetes pod "
+            "(no KUBERNETES_SERVICE_HOST or no service-account token); use apply: print or auto",
+            source=config.source, field="actuator.apply", value="api",
+        )
+    namespace = k.namespace or (cluster.namespace if cluster else None) or "default"
+    ref = RouteRef(KINDS[k.kind], namespace, k.route, k.rule, k.api_version)
+    manifest = load_manifest(k.manifest, ref) if k.manifest is not None else None
+    if cluster is None:
+        if manifest is None:
+            raise ConfigError(
+                f"{config.source}: actuator.manifest: required outside a Kubernetes pod, where the "
+                "patch is printed and the route's backends are read from the manifest",
+                source=config.source, field="actuator.manifest",
+            )
+        return KubernetesRoute(ref, manifest=manifest, out=out)
+    kwargs: dict[str, Any] = {"timeout_s": settings.request_timeout_s}
+    if client_factory is not None:
+        kwargs["client_factory"] = client_factory
+    return KubernetesRoute(ref, api=KubernetesApi(cluster, **kwargs))

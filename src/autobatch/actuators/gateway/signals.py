@@ -1,0 +1,208 @@
+"""Signals in gateway mode: every variant read on its own, for the guard and the policy.
+
+The guard judges one variant at a time (:class:`TritonStepSignals`,
+:class:`PrometheusStepSignals`). The controller's policy sees one window
+built from all of them (:class:`VariantsSource`, :func:`combine_windows`):
+
+* **why the combined window, not the live variant's**: the policy sizes the
+  profile to the load, and the load is what all variants serve together.
+  Outside a shift one variant carries everything and the combined window *is*
+  its window; during a shift (a few seconds) the live variant's alone would
+  show a load that has fallen by the share moved away, and the policy would
+  read that as the load dropping.
+* rates, failures and the backlog add up; mean queue, compute and request
+  times are weighted by each variant's completed requests, the mean batch
+  size by its executions;
+* p95/p99 are the worst of the variants that completed requests in the
+  window. A variant without traffic is left out: its summary quantiles still
+  hold up to 60 s of the traffic it had before the last shift (often an
+  overload it was moved away from), which says nothing about now;
+* the live batch curve is the same model's on the same kind of device, so the
+  variants' points are averaged; utilisation is the mean over the variants
+  that report one;
+* one stale variant makes the combined window stale (naming it): a gateway
+  whose other side cannot be read is not a state to switch profiles in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from autobatch.errors import ScrapeError
+from autobatch.signals.triton import TritonSample, TritonSource, window_between
+from autobatch.signals.window import Window
+
+__all__ = [
+    "PrometheusStepSignals",
+    "TritonStepSignals",
+    "VariantsSource",
+    "combine_windows",
+]
+
+
+def combine_windows(windows: Mapping[str, Window], model: str) -> Window:
+    """One window for the policy from each variant's window over (about) the same interval."""
+    if not windows:
+        raise ValueError("combine_windows needs at least one window")
+    items = list(windows.items())
+    start = min(w.start_s for _, w in items)
+    end = max(w.end_s for _, w in items)
+    stale = [(name, w) for name, w in items if w.stale]
+    if stale:
+        name, w = stale[0]
+        return Window(
+            model=model, start_s=start, end_s=end, stale=True, stale_reason=w.stale_reason,
+            stale_detail=f"variant {name} ({w.model}): {w.stale_detail or w.stale_reason}",
+            source="gateway",
+        )
+
+    def dt(w: Window) -> float:
+        return max(w.end_s - w.start_s, 1e-9)
+
+    span = max(end - start, 1e-9)
+
+    def rate(values: Sequence[tuple[float, Window]]) -> float:
+        # Each variant's count over its own interval, over the combined interval.
+        return sum(v * dt(w) for v, w in values) / span
+
+    success = [(w.success_rps, w) for _, w in items]
+    reasons = sorted({r for _, w in items for r in w.failure_rps})
+    failure_rps = {r: rate([(w.failure_rps.get(r, 0.0), w) for _, w in items]) for r in reasons}
+
+    def weighted(field: str, by: str) -> float | None:
+        num = den = 0.0
+        for _, w in items:
+            value = getattr(w, field)
+            weight = getattr(w, by) * dt(w)
+            if value is not None and weight > 0:
+                num += value * weight
+                den += weight
+        return num / den if den > 0 else None
+
+    served = [w for _, w in items if w.success_rps + w.failures_rps > 0]
+
+    def worst(field: str) -> float | None:
+        values = [getattr(w, field) for w in served if getattr(w, field) is not None]
+        return max(values) if values else None
+
+    pending = [w.pending_requests for _, w in items if w.pending_requests is not None]
+    deltas = [w.pending_delta for _, w in items if w.pending_delta is not None]
+    curve: dict[int, list[float]] = {}
+    for _, w in items:
+        for b, ms in w.batch_curve_ms.items():
+            curve.setdefault(int(b), []).append(float(ms))
+    utils = [w.utilization for _, w in items if w.utilization is not None]
+    inference = rate([(w.inference_rps, w) for _, w in items])
+    execs = rate([(w.exec_rps, w) for _, w in items])
+    return Window(
+        model=model,
+        start_s=start,
+        end_s=end,
+        success_rps=rate(success),
+        failure_rps=failure_rps,
+        inference_rps=inference,
+        exec_rps=execs,
+        mean_batch_size=inference / execs if execs > 0 else None,
+        mean_queue_ms=weighted("mean_queue_ms", "success_rps"),
+        mean_compute_ms=weighted("mean_compute_ms", "success_rps"),
+        mean_request_ms=weighted("mean_request_ms", "success_rps"),
+        pending_requests=sum(pending) if pending else None,
+        pending_delta=sum(deltas) if deltas else None,
+        p95_ms=worst("p95_ms"),
+        p99_ms=worst("p99_ms"),
+        batch_curve_ms={b: sum(v) / len(v) for b, v in sorted(curve.items())},
+        utilization=sum(utils) / len(utils) if utils else None,
+        source="gateway",
+    )
+
+
+class VariantsSource:
+    """The controller's source in gateway mode: polls every variant's source at once.
+
+    Args:
+        sources: each variant's source (a ``TritonSource`` or ``PrometheusSource``),
+            by profile name.
+        model: the name the combined window carries (the sidecar's ``model``).
+
+    A variant that cannot be read makes the poll raise its
+    :class:`~autobatch.errors.ScrapeError`, naming the variant; the controller
+    counts it and holds. Returns None until every variant has a baseline.
+    """
+
+    def __init__(self, sources: Mapping[str, Any], model: str) -> None:
+        if not sources:
+            raise ValueError("VariantsSource needs at least one variant source")
+        self.sources = dict(sources)
+        self.model = model
+
+    async def poll(self) -> Window | None:
+        names = list(self.sources)
+        results = await asyncio.gather(
+            *(self.sources[n].poll() for n in names), return_exceptions=True
+        )
+        for name, result in zip(names, results):
+            if isinstance(result, ScrapeError):
+                raise ScrapeError(
+                    f"variant {name}: {result}", reason=result.reason, url=result.url
+                ) from result
+            if isinstance(result, BaseException):
+                raise result
+        windows = {n: r for n, r in zip(names, results) if r is not None}
+        if len(windows) < len(names):
+            return None
+        return combine_windows(windows, self.model)
+
+    async def aclose(self) -> None:
+        for source in self.sources.values():
+            await source.aclose()
+
+
+class TritonStepSignals:
+    """A variant's Triton, read before and after a step: the window is exactly the step.
+
+    The source's own previous sample is not touched, so the same ``TritonSource``
+    may not be shared with :class:`VariantsSource` (each gets its own).
+    """
+
+    def __init__(self, source: TritonSource) -> None:
+        self.source = source
+
+    async def begin(self) -> TritonSample:
+        return await self.source.sample()
+
+    async def window(self, baseline: TritonSample) -> Window:
+        after = await self.source.sample()
+        return window_between(baseline, after)
+
+    def p95_ms(self, baseline: TritonSample) -> float | None:
+        p95 = baseline.metrics.p95_us
+        return None if p95 is None else p95 / 1000.0
+
+    async def aclose(self) -> None:
+        await self.source.aclose()
+
+
+class PrometheusStepSignals:
+    """A variant's replicas through Prometheus: the window after a step is the query's
+    range ending at the newest scrape, so the step must last longer than the range
+    plus a scrape interval to be seen whole (set ``step_dwell_s`` accordingly)."""
+
+    def __init__(self, source: Any) -> None:
+        self.source = source
+
+    async def begin(self) -> Window | None:
+        return await self.source.poll()
+
+    async def window(self, baseline: Window | None) -> Window:
+        w = await self.source.poll()
+        if w is None:
+            raise ScrapeError("Prometheus returned no window", reason="missing_series")
+        return w
+
+    def p95_ms(self, baseline: Window | None) -> float | None:
+        return None if baseline is None or baseline.stale else baseline.p95_ms
+
+    async def aclose(self) -> None:
+        await self.source.aclose()
