@@ -34,7 +34,10 @@ __all__ = [
     "live_curve",
     "measure_curve",
     "measure_overheads",
+    "median_overheads",
     "model_config",
+    "model_stats",
+    "overheads_from_stats",
     "synth_inputs",
     "write_curve",
 ]
@@ -225,7 +228,8 @@ def write_curve(curve: BatchCurve, path: str | Path) -> Path:
 # -- the curve of live traffic --------------------------------------------------------------
 
 
-def _model_stats(client: httpx.Client, model: str) -> dict[str, Any]:
+def model_stats(client: httpx.Client, model: str) -> dict[str, Any]:
+    """One model's entry of ``GET /v2/models/M/stats`` (all versions' first entry)."""
     try:
         r = client.get(f"/v2/models/{model}/stats")
     except httpx.HTTPError as exc:
@@ -256,9 +260,9 @@ def live_curve(
     own = client is None
     hc = client or httpx.Client(base_url=url, timeout=30.0)
     try:
-        before = _model_stats(hc, model).get("batch_stats")
+        before = model_stats(hc, model).get("batch_stats")
         sleep(window_s)
-        after = _model_stats(hc, model).get("batch_stats")
+        after = model_stats(hc, model).get("batch_stats")
     finally:
         if own:
             hc.close()
@@ -348,6 +352,20 @@ def overheads_from_stats(
     )
 
 
+def median_overheads(items: Sequence[Overheads]) -> Overheads:
+    """Each figure's median over several runs: one disturbed run on a busy machine
+    does not move it."""
+    if not items:
+        raise ConfigError("median_overheads needs at least one measurement")
+    return Overheads(
+        batch_overhead_ms=statistics.median(o.batch_overhead_ms for o in items),
+        request_overhead_ms=statistics.median(o.request_overhead_ms for o in items),
+        fixed_latency_ms=statistics.median(o.fixed_latency_ms for o in items),
+        requests=sum(o.requests for o in items),
+        executions=sum(o.executions for o in items),
+    )
+
+
 def measure_overheads(
     grpc_url: str,
     http_url: str,
@@ -373,9 +391,9 @@ def measure_overheads(
     own = client is None
     hc = client or httpx.Client(base_url=url, timeout=30.0)
     try:
-        before = _model_stats(hc, model)
+        before = model_stats(hc, model)
         report = run_load(grpc_url, model, Schedule.constant(rate_rps, duration_s), seed=seed)
-        after = _model_stats(hc, model)
+        after = model_stats(hc, model)
     finally:
         if own:
             hc.close()
