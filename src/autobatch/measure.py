@@ -9,7 +9,8 @@ the point is the median of the repeats.
 
 Also here, because they talk to a server: :func:`live_curve` (the curve live
 traffic shows, from two ``batch_stats`` samples), :func:`measure_overheads`
-(what a real server adds to the curve, for the simulator) and
+(what a real server adds to the curve, for the simulator),
+:func:`simulator_fidelity` (the simulator against the real server) and
 :func:`write_curve`.
 """
 
@@ -30,6 +31,8 @@ from autobatch.plan.curve import BatchCurve, curve_from_batch_stats
 
 __all__ = [
     "CurveMeasurement",
+    "Fidelity",
+    "FidelityRow",
     "Overheads",
     "live_curve",
     "measure_curve",
@@ -38,6 +41,7 @@ __all__ = [
     "model_config",
     "model_stats",
     "overheads_from_stats",
+    "simulator_fidelity",
     "synth_inputs",
     "write_curve",
 ]
@@ -401,3 +405,116 @@ def measure_overheads(
     if not ok:
         raise TritonError(f"calibration load on {model!r} completed no request: {report.failures}")
     return overheads_from_stats(before, after, curve, statistics.fmean(ok))
+
+
+# -- the simulator against the real server ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FidelityRow:
+    """One rate: measured and predicted latency, each the median over its runs."""
+
+    rate_rps: float
+    runs: int
+    measured_p50_ms: float
+    predicted_p50_ms: float
+    measured_p95_ms: float
+    predicted_p95_ms: float
+    predicted_mean_batch: float
+
+    @property
+    def p50_error(self) -> float:
+        return self.predicted_p50_ms / self.measured_p50_ms - 1.0
+
+    @property
+    def p95_error(self) -> float:
+        return self.predicted_p95_ms / self.measured_p95_ms - 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rate_rps": self.rate_rps,
+            "runs": self.runs,
+            "measured_p50_ms": round(self.measured_p50_ms, 3),
+            "predicted_p50_ms": round(self.predicted_p50_ms, 3),
+            "p50_error": round(self.p50_error, 4),
+            "measured_p95_ms": round(self.measured_p95_ms, 3),
+            "predicted_p95_ms": round(self.predicted_p95_ms, 3),
+            "p95_error": round(self.p95_error, 4),
+            "predicted_mean_batch": round(self.predicted_mean_batch, 3),
+        }
+
+
+@dataclass(frozen=True)
+class Fidelity:
+    rows: tuple[FidelityRow, ...]
+    overheads: Overheads
+    """Median over every run; the simulator used these for every prediction."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"overheads": self.overheads.to_dict(), "rows": [r.to_dict() for r in self.rows]}
+
+
+def simulator_fidelity(
+    grpc_url: str,
+    http_url: str,
+    model: str,
+    curve: BatchCurve,
+    profile: Any,
+    rates_rps: Sequence[float],
+    *,
+    runs_per_rate: int = 3,
+    seconds_per_run: float = 4.0,
+    seed: int = 0,
+) -> Fidelity:
+    """Poisson load at each rate on the real server, and the simulator on the same sends.
+
+    ``model`` must already run ``curve`` with ``profile``'s batching (the
+    emulated accelerator reloaded with both). Runs go round the rates
+    ``runs_per_rate`` times, so a disturbance on a shared machine hits one run
+    of each rate rather than every run of one. What the server adds to the
+    curve is measured in every run (:func:`overheads_from_stats`); the
+    simulator gets the median over all runs. Latency is the client's (send to
+    response) against the simulator's arrival to completion plus the measured
+    fixed latency, fed the send times the client achieved.
+    """
+    from autobatch.load import run_load
+    from autobatch.plan.simulator import ServiceModel, Workload, simulate
+    from autobatch.schedule import Schedule
+
+    url = http_url if "://" in http_url else f"http://{http_url}"
+    runs = []
+    with httpx.Client(base_url=url, timeout=30.0) as client:
+        for cycle in range(runs_per_rate):
+            for rate in rates_rps:
+                before = model_stats(client, model)
+                report = run_load(grpc_url, model, Schedule.constant(rate, seconds_per_run),
+                                  seed=seed + 1000 * cycle + int(rate))
+                after = model_stats(client, model)
+                ok = [r.latency_ms for r in report.records if r.ok and r.latency_ms is not None]
+                if report.total.failed or not ok:
+                    raise TritonError(
+                        f"load at {rate:g} rps on {model!r} failed requests: {dict(report.failures)}"
+                    )
+                runs.append((rate, report, overheads_from_stats(before, after, curve, statistics.fmean(ok))))
+    overheads = median_overheads([o for _, _, o in runs])
+    service = ServiceModel(
+        curve,
+        batch_overhead_ms=overheads.batch_overhead_ms,
+        request_overhead_ms=overheads.request_overhead_ms,
+        fixed_latency_ms=overheads.fixed_latency_ms,
+    )
+    rows = []
+    for rate in rates_rps:
+        figures = []
+        for r, report, _ in runs:
+            if r != rate:
+                continue
+            sent = np.sort(np.array([x.sent_s for x in report.records if x.sent_s is not None]))
+            predicted = simulate(profile, service, Workload(sent - min(0.0, float(sent[0])), seconds_per_run))
+            measured = report.phases[0]
+            assert predicted.latency is not None
+            figures.append((measured.p50_ms or 0.0, predicted.latency.p50_ms,
+                            measured.p95_ms or 0.0, predicted.latency.p95_ms, predicted.mean_batch))
+        m = np.median(np.array(figures), axis=0)
+        rows.append(FidelityRow(float(rate), len(figures), *(float(v) for v in m)))
+    return Fidelity(tuple(rows), overheads)

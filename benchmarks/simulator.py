@@ -1,0 +1,148 @@
+"""The simulator: how fast it runs, and how close it comes to the real Triton.
+
+    .venv/bin/python benchmarks/simulator.py                 # speed only (~30 s)
+    .venv/bin/python benchmarks/simulator.py --fidelity      # + the real Triton (~1 min more)
+    .venv/bin/python benchmarks/simulator.py --requests 2000000 --json
+
+Speed: 1 M (``--requests``) Poisson requests through each engine, timed from
+drawing the arrivals (numpy) to the finished result, for a curve where
+batching pays (many requests per batch) and one where it does not (one batch
+per request, the slow case). The target is >= 1 M simulated requests in
+<= 10 s. Figures are wall-clock on whatever else runs on the machine: run it
+twice and compare ratios, not absolute seconds.
+
+Fidelity (``--fidelity``): the emulated accelerator in the embedded Triton,
+loaded with the same curve and profile, under Poisson load at three rates,
+against the simulator fed the same sends (``autobatch.measure.simulator_fidelity``,
+which the CI test also uses).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from autobatch.plan.curve import BatchCurve, load_curve
+from autobatch.plan.sessions import simulate_sessions
+from autobatch.plan.simulator import ServiceModel, Workload, simulate
+from autobatch.profiles import Profile, load_profile
+
+ROOT = Path(__file__).resolve().parents[1]
+GAIN = load_curve(ROOT / "curves" / "laptop-256x144-fp16.yaml")
+NO_GAIN = load_curve(ROOT / "curves" / "laptop-512x288-fp16.yaml")
+FIDELITY_CURVE = BatchCurve({1: 10.0, 2: 12.0, 4: 16.0, 8: 24.0, 16: 40.0, 32: 72.0}, name="fidelity")
+
+
+def speed(requests: int) -> list[dict[str, Any]]:
+    cases = [
+        # (label, curve, profile, rate): rates near 70-80% of what the profile can do.
+        ("batching pays, preferred 4,8 delay 2 ms", GAIN,
+         Profile(name="a", max_batch_size=8, preferred_batch_size=(4, 8), max_queue_delay_us=2000),
+         350.0),
+        ("no gain, batch 1", NO_GAIN,
+         Profile(name="b", max_batch_size=8, preferred_batch_size=(1,), max_queue_delay_us=0),
+         75.0),
+    ]
+    rows = []
+    for label, curve, profile, rate in cases:
+        for engine in ("triton", "rules", "general"):
+            service = ServiceModel(curve, batch_overhead_ms=0.5, request_overhead_ms=0.05, noise_cv=0.1)
+            start = time.perf_counter()
+            work = Workload.poisson(rate, requests / rate, seed=1)
+            drawn = time.perf_counter()
+            res = simulate(profile, service, work, engine=engine)
+            end = time.perf_counter()
+            rows.append({
+                "case": label,
+                "engine": engine,
+                "requests": res.requests,
+                "batches": res.batches,
+                "arrivals_s": round(drawn - start, 3),
+                "total_s": round(end - start, 3),
+                "requests_per_s": round(res.requests / (end - start)),
+                "p99_ms": round(res.latency.p99_ms, 2) if res.latency else None,
+            })
+    start = time.perf_counter()
+    sess = simulate_sessions(ServiceModel(GAIN), 16, 60.0, policy="batch-waiting", duration_s=1000.0)
+    end = time.perf_counter()
+    frames = sum(s.frames for s in sess.per_session)
+    rows.append({
+        "case": "sessions: 16 streams at 60 fps, batch-waiting",
+        "engine": "sessions",
+        "requests": frames,
+        "batches": sess.batches,
+        "arrivals_s": None,
+        "total_s": round(end - start, 3),
+        "requests_per_s": round(frames / (end - start)),
+        "p99_ms": round(sess.latency.p99_ms, 2) if sess.latency else None,
+    })
+    return rows
+
+
+def fidelity() -> dict[str, Any]:
+    import httpx
+
+    from autobatch.measure import simulator_fidelity
+    from autobatch.profiles import parse_pbtxt
+    from autobatch.serve import EMULATOR_MODEL, TritonServer
+
+    profile = load_profile(ROOT / "profiles" / EMULATOR_MODEL / "aggressive.yaml")
+    with TritonServer.on_free_ports(ROOT / "model_repository", models=[EMULATOR_MODEL]) as server:
+        path = ROOT / "model_repository" / EMULATOR_MODEL / "config.pbtxt"
+        config = parse_pbtxt(path.read_text(encoding="utf-8"), str(path))
+        config["parameters"] = {**(config.get("parameters") or {}),
+                                "curve": {"string_value": json.dumps(FIDELITY_CURVE.to_dict())}}
+        r = httpx.post(f"{server.urls.http}/v2/repository/models/{EMULATOR_MODEL}/load",
+                       json=profile.to_override(config), timeout=120)
+        r.raise_for_status()
+        result = simulator_fidelity(server.urls.grpc, server.urls.http, EMULATOR_MODEL,
+                                    FIDELITY_CURVE, profile, (40, 100, 160, 220),
+                                    runs_per_rate=3, seconds_per_run=5.0)
+    return {"profile": profile.summary(), "curve": dict(FIDELITY_CURVE.points), **result.to_dict()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=1_000_000)
+    ap.add_argument("--fidelity", action="store_true", help="also run against the real Triton")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    console = Console(stderr=args.json, width=160)
+    with console.status(f"simulating {args.requests:,} requests per engine ..."):
+        rows = speed(args.requests)
+    result: dict[str, Any] = {"speed": rows}
+    if args.fidelity:
+        with console.status("fidelity against the real Triton ..."):
+            result["fidelity"] = fidelity()
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    t = Table(title=f"Simulator speed ({args.requests:,} requests; target >= 1 M in <= 10 s)")
+    for col in ("case", "engine", "requests", "batches", "arrivals s", "total s", "requests/s", "p99 ms"):
+        t.add_column(col, justify="left" if col in ("case", "engine") else "right")
+    for r in rows:
+        t.add_row(r["case"], r["engine"], f"{r['requests']:,}", f"{r['batches']:,}",
+                  "-" if r["arrivals_s"] is None else f"{r['arrivals_s']:.2f}", f"{r['total_s']:.2f}",
+                  f"{r['requests_per_s']:,}", str(r["p99_ms"]))
+    console.print(t)
+    if "fidelity" in result:
+        f = result["fidelity"]
+        ft = Table(title=f"Fidelity: {f['profile']}, curve {f['curve']}; overheads {f['overheads']}")
+        for col in ("rate rps", "p50 real", "p50 sim", "err", "p95 real", "p95 sim", "err", "mean batch"):
+            ft.add_column(col, justify="right")
+        for r in f["rows"]:
+            ft.add_row(f"{r['rate_rps']:g}", f"{r['measured_p50_ms']:.1f}", f"{r['predicted_p50_ms']:.1f}",
+                       f"{r['p50_error']:+.1%}", f"{r['measured_p95_ms']:.1f}",
+                       f"{r['predicted_p95_ms']:.1f}", f"{r['p95_error']:+.1%}",
+                       f"{r['predicted_mean_batch']:.2f}")
+        console.print(ft)
+
+
+if __name__ == "__main__":
+    main()
