@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from rich import box
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -64,7 +65,8 @@ def plan_renderable(plan: Plan) -> RenderableType:
     )
     parts.append(Text(""))
 
-    gains = Table(title="Batch gain per size (per-item time vs batch 1)", title_justify="left")
+    gains = Table(box=box.SIMPLE_HEAD, title="Batch gain per size (per-item time vs batch 1)",
+                  title_justify="left")
     for col in ("batch", "ms/batch", "ms/item", "gain", "items/s", "point"):
         gains.add_column(col, justify="right" if col != "point" else "left")
     for g in plan.gains:
@@ -105,12 +107,14 @@ def plan_renderable(plan: Plan) -> RenderableType:
     parts.append(Text(""))
 
     cands = Table(
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
         title=f"Candidate profiles (simulated; latency includes the {plan.network_ms:g} ms network)",
         title_justify="left",
     )
-    for col in ("profile", "preferred", "max", "delay ms", "p50", "p95", "p99", "thr rps",
-                "mean batch", "max rps in SLO", ""):
-        cands.add_column(col, justify="left" if col in ("profile", "preferred", "") else "right")
+    for col in ("profile", "pref", "max", "delay ms", "p50", "p95", "p99", "rps",
+                "batch", "max rps", ""):
+        cands.add_column(col, justify="left" if col in ("profile", "pref", "") else "right")
     rec = plan.recommended
     for c in plan.candidates:
         lat = c.at_load.latency
@@ -129,6 +133,9 @@ def plan_renderable(plan: Plan) -> RenderableType:
             mark,
         )
     parts.append(cands)
+    parts.append(Text("  pref: preferred batch sizes; max: max batch size. p50/p95/p99 (ms), rps "
+                      "(throughput) and batch (mean size) at the given load; max rps: the highest "
+                      "Poisson rate with p99 within the SLO"))
     if rec is None:
         parts.append(Text("No candidate keeps p99 within the SLO at this load: only more "
                           "instances or replicas help.", style="bold red"))
@@ -138,7 +145,7 @@ def plan_renderable(plan: Plan) -> RenderableType:
 
 
 def sim_renderable(result: SimResult, title: str) -> RenderableType:
-    t = Table(title=title, title_justify="left")
+    t = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left")
     for col in ("requests", "completed", "rejected", "thr rps", "p50", "p95", "p99", "max",
                 "queue p95", "mean batch", "util"):
         t.add_column(col, justify="right")
@@ -158,7 +165,7 @@ def sim_renderable(result: SimResult, title: str) -> RenderableType:
     )
     parts: list[RenderableType] = [t]
     if result.phases:
-        ph = Table(title="Per phase", title_justify="left")
+        ph = Table(box=box.SIMPLE_HEAD, title="Per phase", title_justify="left")
         for col in ("phase", "requests", "thr rps", "p50", "p95", "p99", "mean batch", "rejected"):
             ph.add_column(col, justify="left" if col == "phase" else "right")
         for p in result.phases:
@@ -168,7 +175,7 @@ def sim_renderable(result: SimResult, title: str) -> RenderableType:
                        str(p.rejected))
         parts.append(ph)
     if result.priorities:
-        pr = Table(title="Per priority level", title_justify="left")
+        pr = Table(box=box.SIMPLE_HEAD, title="Per priority level", title_justify="left")
         for col in ("level", "requests", "completed", "rejected", "p50", "p99"):
             pr.add_column(col, justify="right")
         for p in result.priorities:
@@ -181,6 +188,7 @@ def sim_renderable(result: SimResult, title: str) -> RenderableType:
 
 def sessions_renderable(result: SessionsResult) -> RenderableType:
     t = Table(
+        box=box.SIMPLE_HEAD,
         title=f"Sessions: {result.sessions} streams at {result.fps:g} fps, policy "
         f"{result.policy} (mean batch {result.mean_batch:.2f}, device busy "
         f"{result.utilisation:.0%})",

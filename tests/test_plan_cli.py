@@ -1,0 +1,217 @@
+"""`autobatch plan`, `simulate` and `measure` as an operator runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autobatch.load import run_load
+from autobatch.measure import live_curve, write_curve
+from autobatch.plan.curve import BatchCurve, load_curve
+from autobatch.profiles import load_profiles
+from autobatch.schedule import Schedule
+from autobatch.serve import EMULATOR_MODEL
+
+from .conftest import CURVES, PROFILES, REPOSITORY, ROOT
+
+FP16_512 = str(CURVES / "laptop-512x288-fp16.yaml")
+FP16_256 = str(CURVES / "laptop-256x144-fp16.yaml")
+
+
+def autobatch(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).with_name("autobatch")
+    return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=timeout,
+                          check=False, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+
+
+def test_plan_text_shows_equation_gains_verdict_and_candidates():
+    r = autobatch("plan", "--curve", FP16_512, "--slo-p99-ms", "100", "--network-ms", "10",
+                  "--rate", "50")
+    assert r.returncode == 0, r.stderr
+    text = r.stdout
+    assert "budget = SLO p99 - time of one batch at the max batch size - network" in text
+    assert "100 - batch of 8 50 - network 10 = 40 ms" in text  # the article's example
+    assert "batching lowers throughput on this device: serve batch 1, do not wait" in text
+    assert "EXTRAPOLATED" in text and "interpolated" in text
+    assert "Largest batch whose run time fits: 7" in text
+    assert "latency-soft" in text and "aggressive" in text and "recommended" in text
+
+
+def test_plan_json_write_profiles_and_plot(tmp_path):
+    out_dir = tmp_path / "profiles" / "mymodel"
+    png = tmp_path / "plan.png"
+    r = autobatch("plan", "--curve", FP16_256, "--slo-p99-ms", "100", "--network-ms", "10",
+                  "--rate", "250", "--json", "--write-profiles", str(out_dir), "--plot", str(png))
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    assert plan["verdict"]["batching_pays"] is True
+    assert plan["equation"]["budget_ms"] == pytest.approx(100 - 9.29 - 10)
+    names = [c["name"] for c in plan["candidates"]]
+    assert len(names) >= 2
+    for c in plan["candidates"]:
+        assert {"p50", "p95", "p99"} <= set(c["at_load"]["latency_ms"])
+        assert c["at_load"]["throughput_rps"] > 0 and c["at_load"]["mean_batch"] >= 1
+        assert c["max_rate_rps"] > 0
+    # The sidecar's loader reads the written profiles back, names and knobs intact.
+    loaded = load_profiles(out_dir)
+    assert sorted(loaded) == sorted(names)
+    for c in plan["candidates"]:
+        assert loaded[c["name"]].preferred_batch_size == tuple(
+            c["profile"]["dynamic_batching"]["preferred_batch_size"]
+        )
+        assert loaded[c["name"]].model == "mymodel"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # A second run does not overwrite them without --force.
+    again = autobatch("plan", "--curve", FP16_256, "--slo-p99-ms", "100", "--network-ms", "10",
+                      "--rate", "250", "--write-profiles", str(out_dir))
+    assert again.returncode == 2
+    assert "already exists; pass --force" in again.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--curve", "nope.yaml", "--slo-p99-ms", "100", "--network-ms", "10"], "nope.yaml: file not found"),
+        (["--curve", FP16_256, "--slo-p99-ms", "-5", "--network-ms", "10"], "--slo-p99-ms = -5"),
+        (["--curve", FP16_256, "--slo-p99-ms", "100", "--network-ms", "10", "--rate", "5",
+          "--sessions", "2", "--fps", "5"], "give one load"),
+        (["--curve", FP16_256, "--slo-p99-ms", "100", "--network-ms", "10", "--margin", "1.5"],
+         "--margin = 1.5"),
+    ],
+)
+def test_plan_bad_input_is_one_line_and_exit_2(args, message):
+    r = autobatch("plan", *args)
+    assert r.returncode == 2
+    assert message in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_simulate_json_poisson_with_a_profile():
+    r = autobatch("simulate", "--curve", FP16_256, "--profile",
+                  str(PROFILES / EMULATOR_MODEL / "aggressive.yaml"), "--rate", "300",
+                  "--requests", "20000", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["requests"] == 20000 and d["completed"] == 20000
+    assert d["throughput_rps"] == pytest.approx(300, rel=0.03)
+    assert d["latency_ms"]["p50"] <= d["latency_ms"]["p95"] <= d["latency_ms"]["p99"]
+    assert d["mean_batch"] > 1 and d["engine"] == "triton"
+
+
+def test_simulate_the_load_schedule_format(tmp_path):
+    sched = tmp_path / "step.yaml"
+    sched.write_text("phases:\n  - {name: low, rate_rps: 50, duration_s: 5}\n"
+                     "  - {name: high, rate_rps: 350, duration_s: 5, arrival: bursty, burst_size: 4}\n")
+    r = autobatch("simulate", "--curve", FP16_256, "--preferred", "2,4", "--max-batch-size", "8",
+                  "--delay-us", "2000", "--schedule", str(sched), "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert [p["name"] for p in d["phases"]] == ["low", "high"]
+    assert d["phases"][0]["mean_batch"] < d["phases"][1]["mean_batch"]
+
+
+def test_simulate_sessions_json_has_per_session_fps():
+    r = autobatch("simulate", "--curve", FP16_512, "--sessions", "4", "--fps", "30",
+                  "--session-policy", "batch-waiting", "--duration", "10", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert len(d["per_session_fps"]) == 4
+    assert {"throughput_rps", "latency_ms", "mean_batch"} <= set(d)
+
+
+def test_simulate_priority_levels_text(tmp_path):
+    prof = tmp_path / "prio.yaml"
+    prof.write_text("name: prio\nmax_batch_size: 8\ndynamic_batching:\n"
+                    "  preferred_batch_size: [4, 8]\n  max_queue_delay_microseconds: 2000\n"
+                    "  priority_levels: 2\n  default_priority_level: 2\n")
+    r = autobatch("simulate", "--curve", FP16_256, "--profile", str(prof), "--rate", "400",
+                  "--duration", "10", "--priority-mix", "1:0.2,2:0.8")
+    assert r.returncode == 0, r.stderr
+    assert "Per priority level" in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--rate", "10", "--sessions", "2", "--fps", "3"], "give one workload"),
+        (["--rate", "10", "--preferred", "4,x"], "--preferred = '4,x'"),
+        (["--rate", "10", "--preferred", "64"], "preferred_batch_size[0] = 64"),
+        (["--sessions", "3", "--fps", "30", "--session-policy", "random"], "--session-policy"),
+        (["--rate", "10", "--priority-mix", "high"], "--priority-mix = 'high'"),
+    ],
+)
+def test_simulate_bad_input_is_one_line_and_exit_2(args, message):
+    r = autobatch("simulate", "--curve", FP16_256, *args)
+    assert r.returncode == 2, r.stdout
+    assert message in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_write_curve_round_trips_yaml_and_csv(tmp_path):
+    curve = BatchCurve({1: 4.5, 4: 9.25}, name="c")
+    for name in ("c.yaml", "c.csv"):
+        path = write_curve(curve, tmp_path / name)
+        assert dict(load_curve(path).points) == {1: 4.5, 4: 9.25}
+
+
+# -- against the real Triton ---------------------------------------------------------------
+
+
+@pytest.mark.triton
+def test_measure_writes_a_curve_the_planner_reads(triton: Any, tmp_path: Path) -> None:
+    out = tmp_path / "measured.yaml"
+    r = autobatch("measure", "--url", triton.urls.http, "--model", EMULATOR_MODEL,
+                  "--batch-sizes", "1,4", "--warmup", "1", "--repeats", "3", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    measured = load_curve(out)
+    target = load_curve(REPOSITORY / EMULATOR_MODEL / "curve.yaml")  # the emulator's default
+    for b in (1, 4):
+        # compute_infer is the emulated batch plus the Python backend's own ~0.5 ms.
+        assert target.points[b] <= measured.points[b] <= target.points[b] + 2.0, b
+    plan = autobatch("plan", "--curve", str(out), "--slo-p99-ms", "100", "--network-ms", "10",
+                     "--rate", "100", "--json")
+    assert plan.returncode == 0, plan.stderr
+    assert json.loads(plan.stdout)["verdict"]["batching_pays"] is True
+
+
+@pytest.mark.triton
+def test_measure_bad_batch_size_is_exit_2(triton: Any) -> None:
+    r = autobatch("measure", "--url", triton.urls.http, "--model", EMULATOR_MODEL,
+                  "--batch-sizes", "1,64")
+    assert r.returncode == 2
+    assert "exceed model 'emulated_accelerator''s max_batch_size (32)" in r.stderr
+
+
+@pytest.mark.triton
+def test_live_curve_from_batch_stats_under_load(triton: Any) -> None:
+    target = load_curve(REPOSITORY / EMULATOR_MODEL / "curve.yaml")
+    done = threading.Event()
+
+    def drive() -> None:
+        try:
+            run_load(triton.urls.grpc, EMULATOR_MODEL, Schedule.constant(300, 3.0), seed=3)
+        finally:
+            done.set()
+
+    worker = threading.Thread(target=drive)
+    worker.start()
+    try:
+        curve = live_curve(triton.urls.http, EMULATOR_MODEL, 2.0)
+    finally:
+        worker.join(timeout=30)
+    assert done.is_set()
+    assert curve is not None and len(curve.points) >= 2
+    for b, ms in curve.points.items():
+        # The emulator runs the curve; Triton's timers add its own ~1 ms.
+        assert target.estimate(b).ms <= ms <= target.estimate(b).ms + 3.0, (b, ms)
+
+
+def test_readme_documents_the_planner():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "## The planner" in text
