@@ -98,15 +98,15 @@ def test_error_answers_become_gateway_failures(answer, reason, says):
     assert err.value.reason == reason and says in str(err.value)
 
 
-def test_stat_failures_add_connection_response_abort_and_5xx_errors():
+def test_stat_failures_add_errors_5xx_and_retried_connections():
     text = (
-        "# pxname,svname,qcur,econ,eresp,srv_abrt,hrsp_4xx,hrsp_5xx,\n"
-        "be_split,latency,0,1,2,,9,4,\n"
-        "be_split,throughput,0,0,0,0,3,0,\n"
-        "be_split,BACKEND,0,1,2,0,12,4,\n"
-        "fe_clients,FRONTEND,,,,,,,\n"
+        "# pxname,svname,qcur,econ,eresp,wretr,wredis,srv_abrt,hrsp_4xx,hrsp_5xx,\n"
+        "be_split,latency,0,1,2,6,1,,9,4,\n"
+        "be_split,throughput,0,0,0,0,0,0,3,0,\n"
+        "be_split,BACKEND,0,1,2,6,1,0,12,4,\n"
+        "fe_clients,FRONTEND,,,,,,,,,\n"
     )
-    assert parse_stat_failures(text, "be_split") == {"latency": 7, "throughput": 0}
+    assert parse_stat_failures(text, "be_split") == {"latency": 14, "throughput": 0}
     with pytest.raises(GatewayFailure):
         parse_stat_failures("Unknown command.\n", "be_split")
 

@@ -264,7 +264,8 @@ def judge(
     if gateway_errors is not None and gateway_errors > 0:
         return Verdict(
             False, "gateway_errors",
-            f"the gateway counted {gateway_errors:g} failed requests to it during the step",
+            f"the gateway counted {gateway_errors:g} failed requests or retried connections to "
+            "it during the step",
             **figures,
         )
     if failure_rps > settings.max_failure_rps + 1e-9:

@@ -9,7 +9,12 @@ line and closes, unless told to stay interactive):
 * ``show servers state <backend>``: a version line (``1``), a ``#`` header naming
   the columns, and one line per server. ``srv_uweight`` is the weight in force.
 * ``show stat <backend> 4 -1``: per-server CSV counters; ``econ``, ``eresp``,
-  ``srv_abrt`` and ``hrsp_5xx`` are the requests to that server that failed.
+  ``srv_abrt`` and ``hrsp_5xx`` count the requests to that server that failed,
+  ``wretr`` and ``wredis`` the connection attempts HAProxy retried or sent
+  elsewhere. The retries matter: after a refused connection HAProxy waits a
+  second before each of its ``retries`` (3), so a request to a dead server
+  fails (``econ``) only seconds later, after a short guard step has ended,
+  while each retry is counted at once.
 
 What HAProxy 2.6 does, seen on this machine: with ``balance roundrobin`` a new
 weight takes effect for the next request (a 25/75 split over 100 requests is
@@ -52,7 +57,7 @@ _ADMIN_NOT_SERVING = 0x01 | 0x02 | 0x04 | 0x08 | 0x10 | 0x20 | 0x40
 """srv_admin_state bits: forced/inherited/config maintenance, forced/inherited
 drain, resolution and hostname maintenance; each keeps new requests away."""
 
-_FAILURE_COLUMNS = ("econ", "eresp", "srv_abrt", "hrsp_5xx")
+_FAILURE_COLUMNS = ("econ", "eresp", "srv_abrt", "hrsp_5xx", "wretr", "wredis")
 
 
 @dataclass(frozen=True)
@@ -138,10 +143,11 @@ def parse_servers_state(text: str, backend: str) -> dict[str, ServerState]:
 
 
 def parse_stat_failures(text: str, backend: str) -> dict[str, int]:
-    """Failed requests per server of ``backend`` from the CSV of ``show stat``.
+    """Failed requests and retried connections per server of ``backend`` (``show stat`` CSV).
 
     The sum of ``econ`` (connection errors), ``eresp`` (response errors),
-    ``srv_abrt`` (aborted by the server) and ``hrsp_5xx``; empty cells count 0.
+    ``srv_abrt`` (aborted by the server), ``hrsp_5xx``, ``wretr`` (retried
+    connections) and ``wredis`` (redispatched away); empty cells count 0.
     """
     lines = text.splitlines()
     header_at = next((i for i, ln in enumerate(lines) if ln.startswith("# ")), None)

@@ -35,8 +35,16 @@ from pathlib import Path
 from typing import Any
 
 from autobatch.errors import ConfigError, ServeError
+from autobatch.profiles import Profile
 
-__all__ = ["HAProxyProcess", "check_config", "grpc_config", "haproxy_binary", "http_rewrite_config"]
+__all__ = [
+    "HAProxyProcess",
+    "check_config",
+    "grpc_config",
+    "haproxy_binary",
+    "http_rewrite_config",
+    "write_variant",
+]
 
 _HEADER = """\
 global
@@ -113,6 +121,41 @@ def grpc_config(
         out.append(f"    server {name} {address} proto h2 weight {w[name]}")
     out.append("")
     return "\n".join(out)
+
+
+def write_variant(
+    source: str | Path,
+    repository: str | Path,
+    name: str,
+    profile: Profile,
+    *,
+    parameters: Mapping[str, str | None] | None = None,
+) -> Path:
+    """Copy the model folder ``source`` into ``repository`` as model ``name`` running ``profile``.
+
+    The copy's ``config.pbtxt`` gets ``name`` (Triton requires it to match the
+    folder) and the profile's batching fields; ``parameters`` sets string
+    parameters (None removes one). Compiled caches are not copied. Returns the
+    new folder.
+    """
+    from autobatch.profiles import parse_pbtxt, render_pbtxt
+
+    src = Path(source)
+    folder = Path(repository) / name
+    shutil.copytree(src, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    path = folder / "config.pbtxt"
+    config = profile.merge_into(parse_pbtxt(path.read_text(encoding="utf-8"), str(path)))
+    config["name"] = name
+    if parameters:
+        params = dict(config.get("parameters") or {})
+        for key, value in parameters.items():
+            if value is None:
+                params.pop(key, None)
+            else:
+                params[key] = {"string_value": value}
+        config["parameters"] = params
+    path.write_text(render_pbtxt(config, str(path)), encoding="utf-8")
+    return folder
 
 
 def haproxy_binary() -> str:
