@@ -181,6 +181,21 @@ def test_measure_writes_a_curve_the_planner_reads(triton: Any, tmp_path: Path) -
 
 
 @pytest.mark.triton
+def test_measure_overheads_for_the_simulator(triton: Any) -> None:
+    r = autobatch("measure", "--url", triton.urls.http, "--grpc-url", triton.urls.grpc,
+                  "--model", EMULATOR_MODEL, "--overheads-for",
+                  str(REPOSITORY / EMULATOR_MODEL / "curve.yaml"), "--rate", "60", "--duration", "3",
+                  "--json")
+    assert r.returncode == 0, r.stderr
+    found = json.loads(r.stdout)
+    assert found["requests"] in (180, 181)  # the load generator sends one warm-up request
+    assert found["executions"] > 0
+    # The Python backend and gRPC cost something, and far less than the 4.7-9.3 ms batches.
+    assert 0 < found["fixed_latency_ms"] < 10
+    assert 0 <= found["batch_overhead_ms"] < 5 and found["request_overhead_ms"] >= 0
+
+
+@pytest.mark.triton
 def test_measure_bad_batch_size_is_exit_2(triton: Any) -> None:
     r = autobatch("measure", "--url", triton.urls.http, "--model", EMULATOR_MODEL,
                   "--batch-sizes", "1,64")

@@ -401,6 +401,15 @@ def measure(
     out_file: Annotated[
         Path | None, typer.Option("--out", help="Write the curve here (.yaml, or .csv rows).")
     ] = None,
+    overheads_for: Annotated[
+        Path | None,
+        typer.Option(help="Instead: what the server adds to this curve, under load (for simulate)."),
+    ] = None,
+    grpc_url: Annotated[str, typer.Option(help="Triton's gRPC host:port (--overheads-for).")] = (
+        "127.0.0.1:8001"
+    ),
+    rate: Annotated[float, typer.Option(help="Poisson load for --overheads-for, requests/s.")] = 50.0,
+    duration: Annotated[float, typer.Option(help="Seconds of load for --overheads-for.")] = 5.0,
     json_output: Annotated[bool, typer.Option("--json", help="Print the curve as JSON.")] = False,
 ) -> None:
     """Measure a model's batch curve through Triton's own per-batch-size timers.
@@ -408,15 +417,37 @@ def measure(
     One request carrying the whole batch at a time; the compute time comes from
     /v2/models/M/stats batch_stats (not the client round trip); warm-up runs
     are dropped and each point is the median of the repeats. With --live-s the
-    curve is what live traffic executed over that window instead.
+    curve is what live traffic executed over that window instead. With
+    --overheads-for CURVE it sends Poisson load and prints what the server adds
+    to that curve, as `simulate`/`plan` options.
 
     Example: autobatch measure --url http://127.0.0.1:8000 --model dense_mlp
     --batch-sizes 1,2,4,8,16,32 --out curves/dense_mlp.yaml
+
+    Example: autobatch measure --model emulated_accelerator --overheads-for curves/laptop-256x144-fp16.yaml
+    --rate 100
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from autobatch.measure import live_curve, measure_curve, write_curve
+    from autobatch.measure import live_curve, measure_curve, measure_overheads, write_curve
+    from autobatch.plan.curve import load_curve
 
+    if overheads_for is not None:
+        if not (rate > 0 and duration > 0):
+            raise ConfigError(f"--rate = {rate:g}, --duration = {duration:g}: both must be > 0")
+        with err.status(f"sending {rate:g} rps to {model} for {duration:g} s ..."):
+            found = measure_overheads(grpc_url, url, model, load_curve(overheads_for),
+                                      rate_rps=rate, duration_s=duration)
+        if json_output:
+            print_json(found.to_dict())
+        else:
+            out.print(
+                f"--batch-overhead-ms {found.batch_overhead_ms:.3f} "
+                f"--request-overhead-ms {found.request_overhead_ms:.3f} "
+                f"--fixed-latency-ms {found.fixed_latency_ms:.3f}   "
+                f"({found.requests} requests, {found.executions} batches)"
+            )
+        return
     if live_s is not None:
         with err.status(f"reading batch_stats of {model} for {live_s:g} s ..."):
             curve = live_curve(url, model, live_s)
