@@ -565,7 +565,7 @@ def test_gateway_settings_from_the_sidecar_yaml(tmp_path):
     [
         ({"steps": [50, 90]}, "actuator.steps = [50, 90]: must be increasing percents ending at 100"),
         ({"gateway": "nginx"},
-         "actuator.gateway = 'nginx': must be one of haproxy, httproute, virtualservice"),
+         "actuator.gateway = 'nginx': must be one of haproxy, httproute, grpcroute, virtualservice"),
         ({"socket": None}, "actuator.socket: required field is missing"),
         ({"weight_scale": 300}, "actuator.weight_scale = 300: must be <= 256"),
         ({"guard": {"p95": 5}}, "actuator.guard.p95 = 5: unknown field"),

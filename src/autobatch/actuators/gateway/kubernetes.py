@@ -1,4 +1,5 @@
-"""Kubernetes as the gateway: weights of a Gateway API HTTPRoute or an Istio VirtualService.
+"""Kubernetes as the gateway: weights of a Gateway API HTTPRoute (or GRPCRoute), or an
+Istio VirtualService.
 
 The change is a **JSON Patch** (RFC 6902, ``Content-Type:
 application/json-patch+json``), one ``test`` and one ``add`` per variant::
@@ -16,6 +17,12 @@ weight onto whatever backend now sits at that index.
 
 Where the patch goes:
 
+For HTTP clients an HTTPRoute can split between two Services of pods serving
+the same model name with different profiles, or (where the implementation
+supports a ``URLRewrite`` filter on a backendRef) between two models of one
+pool; gRPC clients need the two pools (a GRPCRoute, or an Istio route: gRPC is
+HTTP/2 to Istio).
+
 * **in-cluster** (``KUBERNETES_SERVICE_HOST``/``_PORT`` set and a service-account
   token mounted): ``PATCH`` through the API server with the token as bearer and
   the mounted CA; the route is read with ``GET`` first to find the indices and
@@ -25,7 +32,7 @@ Where the patch goes:
   a copy of the route read from its manifest file (``manifest:``), which is
   updated as if applied so the next patch is computed from it.
 
-Weights: an HTTPRoute weight is proportional (0..1,000,000; absent means 1);
+Weights: an HTTPRoute (GRPCRoute) weight is proportional (0..1,000,000; absent means 1);
 Istio's route weights are percents that must add up to 100 (absent means 0,
 or 100 for a lone destination), so patches to a VirtualService are normalised
 to a sum of 100. autobatch writes percents to both.
@@ -51,9 +58,11 @@ from autobatch.actuators.gateway.core import GatewayFailure, percents, shares
 from autobatch.errors import ConfigError
 
 __all__ = [
+    "GRPCROUTE",
     "HTTPROUTE",
     "SERVICE_ACCOUNT_DIR",
     "VIRTUALSERVICE",
+    "KINDS",
     "InCluster",
     "KubernetesApi",
     "KubernetesRoute",
@@ -95,11 +104,15 @@ HTTPROUTE = RouteKind(
     kind="HTTPRoute", group="gateway.networking.k8s.io", version="v1", plural="httproutes",
     rules="rules", backends="backendRefs", default_weight=1.0, percent=False,
 )
+GRPCROUTE = RouteKind(
+    kind="GRPCRoute", group="gateway.networking.k8s.io", version="v1", plural="grpcroutes",
+    rules="rules", backends="backendRefs", default_weight=1.0, percent=False,
+)
 VIRTUALSERVICE = RouteKind(
     kind="VirtualService", group="networking.istio.io", version="v1", plural="virtualservices",
     rules="http", backends="route", default_weight=0.0, percent=True,
 )
-KINDS = {"httproute": HTTPROUTE, "virtualservice": VIRTUALSERVICE}
+KINDS = {"httproute": HTTPROUTE, "grpcroute": GRPCROUTE, "virtualservice": VIRTUALSERVICE}
 
 
 @dataclass(frozen=True)
@@ -131,7 +144,7 @@ class RouteRef:
 def _target_of(kind: RouteKind, backend: Mapping[str, Any]) -> str | None:
     """The name a variant uses for one backend: an HTTPRoute backendRef's ``name``;
     an Istio destination's ``host``, or ``host/subset`` when it has a subset."""
-    if kind is HTTPROUTE:
+    if not kind.percent:
         name = backend.get("name")
         return str(name) if name else None
     dest = backend.get("destination") or {}
@@ -187,7 +200,7 @@ def weight_patch(obj: Mapping[str, Any], ref: RouteRef, weights: Mapping[str, in
                 reason="unavailable",
             )
         i = index[target]
-        if ref.kind is HTTPROUTE:
+        if not ref.kind.percent:
             ops.append({"op": "test", "path": f"{base}/{i}/name", "value": target})
         else:
             host, _, subset = target.partition("/")

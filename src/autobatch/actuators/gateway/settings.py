@@ -4,12 +4,12 @@ Everything under ``actuator:`` besides ``kind`` (``actuator: {kind: gateway, ...
 
     actuator:
       kind: gateway
-      gateway: haproxy                 # haproxy | httproute | virtualservice
+      gateway: haproxy                 # haproxy | httproute | grpcroute | virtualservice
       # haproxy
       socket: /run/haproxy/admin.sock  # the `stats socket ... level admin`, or HOST:PORT
       backend: be_triton               # the backend whose servers are the variants
       weight_scale: 100                # the HAProxy weight meaning 100 % (1..256)
-      # httproute / virtualservice
+      # httproute / grpcroute / virtualservice
       route: triton                    # the object's name
       namespace: serving               # default: the pod's namespace, else "default"
       rule: 0                          # index into spec.rules / spec.http
@@ -70,7 +70,7 @@ __all__ = [
     "parse_gateway_options",
 ]
 
-GATEWAYS = ("haproxy", "httproute", "virtualservice")
+GATEWAYS = ("haproxy", "httproute", "grpcroute", "virtualservice")
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ class HAProxySettings:
 @dataclass(frozen=True)
 class KubernetesSettings:
     kind: str
-    """``httproute`` or ``virtualservice``."""
+    """``httproute``, ``grpcroute`` or ``virtualservice``."""
     route: str
     namespace: str | None
     """None: the pod's own namespace, else ``default``."""
