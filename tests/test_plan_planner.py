@@ -125,8 +125,10 @@ def test_plan_for_the_gain_curve_batches_and_reports_every_candidate():
         # 300 rps is past what batch 1 can do: every candidate must batch to keep up.
         assert c.at_load.mean_batch > 1.2
         assert c.max_rate_rps > batch1_capacity
-    # The profile max batch is the last measured size: sizes past it are guesses.
-    assert {c.profile.max_batch_size for c in plan.candidates} == {4}
+    # Batches are capped at the last measured size (sizes past it are guesses) through
+    # the preferred sizes; max_batch_size stays the model's, so clients keep working.
+    assert {max(c.profile.preferred_batch_size) for c in plan.candidates} == {4}
+    assert {c.profile.max_batch_size for c in plan.candidates} == {32}
     assert plan.budget.batch_size == 4
     d = plan.to_dict()
     json.dumps(d)

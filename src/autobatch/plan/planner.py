@@ -189,9 +189,16 @@ def candidate_profiles(
     allow_extrapolation: bool = False,
     model: str | None = None,
     instances: int | None = None,
+    model_max_batch_size: int | None = None,
 ) -> tuple[Profile, ...]:
     """Profiles from latency-soft to aggressive, for a profile max batch size and the
     SLO's delay.
+
+    The batches are capped by the preferred sizes (Triton never sends more than
+    the largest preferred size it can form), while each profile's own
+    ``max_batch_size`` stays the model's (``model_max_batch_size``): a profile
+    the sidecar applies must not start rejecting clients that send multi-row
+    requests.
 
     ``latency-soft`` never waits: it batches only what queued up while the
     instance was busy. ``balanced`` waits a quarter of the delay and sends
@@ -207,7 +214,7 @@ def candidate_profiles(
     best = max(sizes, key=lambda b: (curve.throughput_rps(b), -b))
     delay_us = int(round(delay_ms * 1000.0))
     common: dict[str, Any] = {
-        "max_batch_size": max_batch_size,
+        "max_batch_size": max(model_max_batch_size or max_batch_size, max_batch_size),
         "model": model,
         "instance_count": instances,
         "source": "<plan>",
@@ -270,7 +277,8 @@ class SweepPoint:
 
 def _capacity_rps(profile: Profile, service: ServiceModel, instances: int) -> float:
     return max(
-        service.capacity_rps(b, instances) for b in range(1, profile.max_batch_size + 1)
+        service.capacity_rps(b, instances)
+        for b in range(1, max(profile.effective_preferred) + 1)
     )
 
 
@@ -574,6 +582,7 @@ def make_plan(
         allow_extrapolation=allow_extrapolation,
         model=model,
         instances=instances if instances != 1 else None,
+        model_max_batch_size=max_batch_size,
     )
     workload = load.workload(duration_s, seed)
     candidates = []
