@@ -58,7 +58,7 @@ from autobatch.controller.loop import read_decision_log
 from autobatch.load import run_load
 from autobatch.plan.curve import BatchCurve
 from autobatch.profiles import load_profiles
-from autobatch.schedule import Schedule
+from autobatch.schedule import Phase, Schedule
 from autobatch.serve import EMULATOR_MODEL, TritonServer, free_port
 from autobatch.signals.triton import TritonSource
 
@@ -68,7 +68,9 @@ from .test_sidecar import Running
 pytestmark = pytest.mark.triton
 
 MODEL = EMULATOR_MODEL
-FAST = BatchCurve({1: 4.0, 2: 5.0, 4: 6.0, 8: 8.0, 16: 12.0, 32: 20.0}, name="fast")
+# Shaped like dense_mlp's on this CPU (from tests/test_sidecar.py): batching pays, so
+# latency-soft ([2, 4]) carries 4/20 ms = 200/s and aggressive ([8, 16, 32]) 667/s.
+CURVE = BatchCurve({1: 10.0, 2: 18.0, 4: 20.0, 8: 24.0, 16: 32.0, 32: 48.0}, name="dense-like")
 SLOW = BatchCurve({1: 150.0, 32: 150.0}, name="slow")
 LADDER = ["latency-soft", "aggressive"]
 TOKEN = "gateway-token"
@@ -86,8 +88,8 @@ def write_variant(root: Path, name: str, profile: str, curve: BatchCurve) -> Non
 def triton(tmp_path_factory) -> Iterator[TritonServer]:
     """One Triton with three variants of the emulator side by side."""
     root = tmp_path_factory.mktemp("variants")
-    write_variant(root, f"{MODEL}__latency", "latency-soft", FAST)
-    write_variant(root, f"{MODEL}__throughput", "aggressive", FAST)
+    write_variant(root, f"{MODEL}__latency", "latency-soft", CURVE)
+    write_variant(root, f"{MODEL}__throughput", "aggressive", CURVE)
     write_variant(root, f"{MODEL}__slow", "aggressive", SLOW)
     with TritonServer.on_free_ports(root) as server:
         yield server
@@ -100,7 +102,7 @@ def pair(tmp_path_factory) -> Iterator[dict[str, TritonServer]]:
     try:
         for name, profile in (("a", "latency-soft"), ("b", "aggressive")):
             root = tmp_path_factory.mktemp(f"server-{name}")
-            write_variant(root, MODEL, profile, FAST)
+            write_variant(root, MODEL, profile, CURVE)
             servers[name] = TritonServer.on_free_ports(root).start()
         yield servers
     finally:
@@ -265,7 +267,7 @@ async def test_twenty_shifts_under_load_over_http_zero_failures_split_matches(tr
         guard = guard_for(on_one(triton, variants), 250.0)
         backend = HAProxyWeights(HAProxyRuntime(str(sock)), "be_variants")
         act = GatewayActuator(
-            ladder(), variants, backend, guard=guard, step_dwell_s=1.0, sleep=meter.sleep
+            ladder(), variants, backend, guard=guard, step_dwell_s=0.8, sleep=meter.sleep
         )
         results = []
         try:
@@ -464,6 +466,36 @@ def test_socket_gone_the_controller_holds_and_a_restarted_haproxy_is_reconciled(
         assert "restarted or changed by hand" in st["last_actuation"]["message"]
         assert haproxy_weights(sock) == {"latency": 0.0, "throughput": 100.0}
         assert running.status()["active_profile"] == "aggressive"
+
+
+def test_the_policy_moves_the_weights_under_a_step_load(triton, short_dir, tmp_path):
+    """The whole loop in gateway mode: the policy reads the variants' combined window,
+    saturation at 300 req/s shifts the traffic onto the throughput variant, and the
+    waiting at 20 req/s afterwards shifts it back; no request fails on the way."""
+    curve = tmp_path / "curve.yaml"
+    curve.write_text(CURVE.to_yaml())
+    sock = short_dir / "admin.sock"
+    servers = {"latency": f"{MODEL}__latency", "throughput": f"{MODEL}__throughput"}
+    data = gateway_config(tmp_path, triton, sock, confirmations=2, min_dwell_s=6, stabilization_s=4,
+                          settle_s=1.5, interval_s=1, curve=str(curve))
+    data["profiles"].pop("initial")
+    data["slo"] = {"p95_ms": 150}
+    data["actuator"]["step_dwell_s"] = 1
+    cfg = sidecar_config_from_mapping(data, "sidecar.yaml", base=tmp_path)
+    # latency-soft saturates at 300 req/s; at 20 req/s aggressive waits for batches that never fill.
+    schedule = Schedule((Phase("low", 20, 4), Phase("high", 300, 14), Phase("low-again", 20, 25)))
+    with http_haproxy(triton, sock, servers) as proxy, Running(cfg) as running:
+        running.wait_for(lambda s: s["active_profile"] == "latency-soft", 30, "latency-soft at start")
+        report = run_load(proxy.listen, MODEL, schedule, protocol="http", timeout_s=20)
+        final = running.status()
+        weights = haproxy_weights(sock)
+    log = read_decision_log(cfg.decision_log)
+    path = [(ln["decision"]["target"], ln["decision"]["reason"], ln["actuation"]["reason"])
+            for ln in log if ln["decision"]["action"] == "switch" and ln["actuation"]]
+    assert path and path[0][0] == "aggressive" and path[0][1] in ("saturation", "headroom"), path
+    assert path[0][2] == "applied" and path[-1] == ("latency-soft", "self_inflicted_wait", "applied"), path
+    assert final["active_profile"] == "latency-soft" and weights == {"latency": 100.0, "throughput": 0.0}
+    assert all(p.failures == {} for p in report.phases), [dict(p.failures) for p in report.phases]
 
 
 def test_autobatch_run_with_a_gateway_actuator(triton, short_dir, tmp_path):
