@@ -347,7 +347,8 @@ async def test_a_failed_rollback_says_so(actuator, triton, profiles):
 
 
 async def test_live_profile_names_the_matching_ladder_profile(actuator, triton, profiles):
-    assert await actuator.live_profile() is None  # the repository's config is no ladder profile
+    # the repository's config is dense_mlp's latency-soft profile
+    assert await actuator.live_profile() == "latency-soft"
     await actuator.apply(profiles["balanced"])
     assert await actuator.live_profile() == "balanced"
     triton.config["dynamic_batching"]["preferred_batch_size"] = [16, 8]  # order does not matter

@@ -279,7 +279,7 @@ class TritonServer:
             f"--metrics-port={self.urls.metrics_port}",
             "--metrics-config=summary_latencies=true",
             "--allow-gpu-metrics=false",
-            f"--exit-timeout-secs={max(1, int(self.stop_timeout_s) - 5)}",
+            f"--exit-timeout-secs={max(1, min(5, int(self.stop_timeout_s) - 5))}",
             "--log-verbose=0",
         ]
         cmd += [f"--load-model={m}" for m in startup_models]
