@@ -1,15 +1,20 @@
 """The tail during a profile change: a Triton reload swap vs a gateway weight shift.
 
-    .venv/bin/python benchmarks/reload_vs_shift.py [--rate 25] [--rounds 5] [--json]
+    .venv/bin/python benchmarks/reload_vs_shift.py [--protocol http|grpc] [--rate 25] [--rounds 5] [--json]
 
-One embedded Triton holds three copies of dense_mlp (the heavy torch model,
-where reloads hurt most): ``dense_mlp``, which the reload actuator swaps
-between latency-soft and aggressive with a config override, and the variants
-``dense_mlp__latency`` / ``dense_mlp__throughput``, loaded once with those two
-profiles, between which the gateway actuator shifts the traffic (25 -> 50 ->
-100 %, guarded). One HAProxy carries all requests: its backend has a server
-for each of the three (the HTTP setup of ``autobatch.actuators.gateway.launch``,
-the path rewritten per model), so both ways pay the same proxy hop.
+Three copies of dense_mlp (the heavy torch model, where reloads hurt most):
+one that the reload actuator swaps between latency-soft and aggressive with a
+config override, and two variants loaded once with those two profiles, between
+which the gateway actuator shifts the traffic (25 -> 50 -> 100 %, guarded).
+One HAProxy carries all requests, with a server for each copy, so both ways
+pay the same proxy hop. ``--grpc-load-api`` adds a third way: the same
+reload, its load request sent over Triton's gRPC endpoint instead of HTTP.
+
+* ``--protocol http`` (default): one Triton holds ``dense_mlp``,
+  ``dense_mlp__latency`` and ``dense_mlp__throughput``; HAProxy rewrites the path
+  per copy (the HTTP setup of ``autobatch.actuators.gateway.launch``);
+* ``--protocol grpc``: three Triton servers each serve ``dense_mlp``; HAProxy
+  speaks HTTP/2 to them (the gRPC setup).
 
 One open-loop HTTP load runs through the whole benchmark. The rounds
 interleave the two ways, so a noisy neighbour hurts both alike: each round
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import shutil
 import statistics
@@ -32,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +54,7 @@ from autobatch.actuators.gateway import (
     HAProxyWeights,
     Variant,
 )
-from autobatch.actuators.gateway.launch import HAProxyProcess, http_rewrite_config, write_variant
+from autobatch.actuators.gateway.launch import HAProxyProcess, grpc_config, http_rewrite_config, write_variant
 from autobatch.actuators.gateway.signals import TritonStepSignals
 from autobatch.actuators.triton import TritonReloadActuator
 from autobatch.load import run_load
@@ -65,8 +72,8 @@ PROFILE_OF = {"latency-soft": "latency", "aggressive": "throughput"}
 class Load:
     """The open-loop load in a thread; every answered request as (sent, done, outcome)."""
 
-    def __init__(self, url: str, rate_rps: float, max_s: float) -> None:
-        self.url, self.rate, self.max_s = url, rate_rps, max_s
+    def __init__(self, url: str, rate_rps: float, max_s: float, protocol: str) -> None:
+        self.url, self.rate, self.max_s, self.protocol = url, rate_rps, max_s, protocol
         self.stop = threading.Event()
         self.first = threading.Event()
         self.done: list[tuple[float, float, str]] = []
@@ -82,8 +89,8 @@ class Load:
 
     def _run(self) -> None:
         try:
-            self.report = run_load(self.url, MODEL, Schedule.constant(self.rate, self.max_s), protocol="http",
-                                   seed=7, on_record=self._record, stop=self.stop)
+            self.report = run_load(self.url, MODEL, Schedule.constant(self.rate, self.max_s),
+                                   protocol=self.protocol, seed=7, on_record=self._record, stop=self.stop)
         except BaseException as exc:
             self.error = exc
         finally:
@@ -98,6 +105,36 @@ class Load:
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
         self.thread.join(120)
+
+
+class GrpcLoad:
+    """The reload actuator's load, sent over Triton's gRPC endpoint instead of HTTP.
+
+    Only the load (read the live config, merge the profile, ``RepositoryModelLoad``
+    with the config override): no verification, no rollback. It is here to
+    show whether the tail of HTTP clients during a swap comes from the reload
+    itself or from the load request occupying Triton's HTTP server.
+    """
+
+    def __init__(self, triton: Any) -> None:
+        self.triton = triton
+
+    async def apply(self, profile: Any) -> Any:
+        import httpx
+        import tritonclient.grpc.aio as grpcclient
+
+        t0 = time.monotonic()
+        async with httpx.AsyncClient() as http:
+            live = (await http.get(f"{self.triton.urls.http}/v2/models/{MODEL}/config", timeout=30)).json()
+        client = grpcclient.InferenceServerClient(self.triton.urls.grpc)
+        try:
+            await client.load_model(MODEL, config=json.dumps(profile.merge_into(live)), client_timeout=300)
+            ok, reason = True, "applied"
+        except Exception as exc:  # reported in the table, not raised: the run goes on
+            ok, reason = False, type(exc).__name__
+        finally:
+            await client.close()
+        return types.SimpleNamespace(ok=ok, reason=reason, duration_s=time.monotonic() - t0)
 
 
 def tail(latencies_ms: list[float]) -> dict[str, float | int | None]:
@@ -126,59 +163,89 @@ async def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     ladder = [profiles["latency-soft"], profiles["aggressive"]]
     tmp = Path(tempfile.mkdtemp(prefix="autobatch-rvs-"))
     try:
-        repo = tmp / "repo"
-        repo.mkdir()
-        write_variant(ROOT / "model_repository" / MODEL, repo, MODEL, profiles["latency-soft"])
-        write_variant(ROOT / "model_repository" / MODEL, repo, SERVERS["latency"], profiles["latency-soft"])
-        write_variant(ROOT / "model_repository" / MODEL, repo, SERVERS["throughput"], profiles["aggressive"])
-        console.print("starting Triton with three copies of dense_mlp ...", style="dim")
-        with TritonServer.on_free_ports(repo, startup_timeout_s=300) as triton:
-            sock = tmp / "admin.sock"
-            listen = f"127.0.0.1:{free_port()}"
-            config = http_rewrite_config(
-                listen=listen, socket_path=sock, triton_http=triton.urls.http, model=MODEL,
-                variants=SERVERS, hop_prefix=f"rvs-{tmp.name}", weights={"reload": 100},
-            )
-            with HAProxyProcess(config, sock):
-                return await measure(args, console, triton, sock, listen, ladder)
+        source = ROOT / "model_repository" / MODEL
+        start = {"reload": "latency-soft", "latency": "latency-soft", "throughput": "aggressive"}
+        sock = tmp / "admin.sock"
+        listen = f"127.0.0.1:{free_port()}"
+        with contextlib.ExitStack() as stack:
+            if args.protocol == "http":
+                repo = tmp / "repo"
+                repo.mkdir()
+                for server, model in SERVERS.items():
+                    write_variant(source, repo, model, profiles[start[server]])
+                console.print("starting Triton with three copies of dense_mlp ...", style="dim")
+                triton = stack.enter_context(TritonServer.on_free_ports(repo, startup_timeout_s=300))
+                copies = {server: (triton, model) for server, model in SERVERS.items()}
+                config = http_rewrite_config(
+                    listen=listen, socket_path=sock, triton_http=triton.urls.http, model=MODEL,
+                    variants=SERVERS, hop_prefix=f"rvs-{tmp.name}", weights={"reload": 100},
+                )
+            else:
+                copies = {}
+                console.print("starting three Triton servers with dense_mlp ...", style="dim")
+                for server in SERVERS:
+                    repo = tmp / f"repo-{server}"
+                    repo.mkdir()
+                    write_variant(source, repo, MODEL, profiles[start[server]])
+                    triton = stack.enter_context(TritonServer.on_free_ports(repo, startup_timeout_s=300))
+                    copies[server] = (triton, MODEL)
+                config = grpc_config(
+                    listen=listen, socket_path=sock, weights={"reload": 100},
+                    servers={server: t.urls.grpc for server, (t, _) in copies.items()},
+                )
+            stack.enter_context(HAProxyProcess(config, sock))
+            return await measure(args, console, copies, sock, listen, ladder)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-async def measure(args, console, triton, sock, listen, ladder) -> dict[str, Any]:
+async def measure(args, console, copies, sock, listen, ladder) -> dict[str, Any]:
+    """``copies``: HAProxy server name -> (the Triton serving it, its model name there)."""
     weights = HAProxyWeights(HAProxyRuntime(str(sock)), "be_variants")
-    reload = TritonReloadActuator(triton.urls.http, MODEL, ladder)
-    variants = {p: Variant(p, server, SERVERS[server]) for p, server in PROFILE_OF.items()}
+    reload_triton, _ = copies["reload"]
+    reload = TritonReloadActuator(reload_triton.urls.http, MODEL, ladder)
+    variants = {p: Variant(p, server, copies[server][1]) for p, server in PROFILE_OF.items()}
     guard = Guard(
-        {p: TritonStepSignals(TritonSource(triton.urls.http, v.model, metrics_url=triton.urls.metrics))
+        {p: TritonStepSignals(TritonSource(copies[v.target][0].urls.http, v.model,
+                                           metrics_url=copies[v.target][0].urls.metrics))
          for p, v in variants.items()},
         GuardSettings(p95_ms=args.guard_p95_ms),
     )
     shift = GatewayActuator(ladder, variants, weights, guard=guard, step_dwell_s=args.step_dwell_s)
-    changes: dict[str, list[tuple[float, float]]] = {"reload": [], "shift": []}
-    results: dict[str, list[Any]] = {"reload": [], "shift": []}
+    ways: list[tuple[str, Any]] = [("reload", reload)]
+    if args.grpc_load_api:
+        ways.append(("reload-grpc", GrpcLoad(reload_triton)))
+    ways.append(("shift", shift))
+    changes: dict[str, list[tuple[float, float]]] = {w: [] for w, _ in ways}
+    results: dict[str, list[Any]] = {w: [] for w, _ in ways}
+    unmeasured: list[tuple[float, float]] = []
 
     async def route_all_to(server: str) -> None:
         await weights.write({s: (100 if s == server else 0) for s in SERVERS})
         await asyncio.sleep(args.settle_s)
 
     try:
-        with Load(listen, args.rate, max_s=args.rounds * 120 + 120) as load:
+        with Load(listen, args.rate, max_s=args.rounds * 120 + 120, protocol=args.protocol) as load:
             await asyncio.sleep(args.settle_s)  # warm-up: first requests of each copy
             for server in ("latency", "throughput", "reload"):
                 await route_all_to(server)
             live = "latency-soft"
             for i in range(args.rounds):
                 target = ladder[1] if live == "latency-soft" else ladder[0]
-                for way, actuator, server in (("reload", reload, "reload"),
-                                              ("shift", shift, PROFILE_OF[live])):
-                    await route_all_to(server)
+                for way, actuator in ways:
+                    if way == "reload-grpc":
+                        # The reload way moved this copy already: back to where the round began
+                        # (a reload too, kept out of every figure).
+                        t0 = time.monotonic()
+                        await reload.apply(next(p for p in ladder if p.name == live))
+                        unmeasured.append((t0, time.monotonic()))
+                    await route_all_to(PROFILE_OF[live] if way == "shift" else "reload")
                     t0 = time.monotonic()
                     result = await actuator.apply(target)
                     changes[way].append((t0, time.monotonic()))
                     results[way].append(result)
                     console.print(
-                        f"round {i + 1}/{args.rounds} {way:6s} {live} -> {target.name}: "
+                        f"round {i + 1}/{args.rounds} {way:11s} {live} -> {target.name}: "
                         f"{'ok' if result.ok else result.reason} in {result.duration_s:.2f} s",
                         style="dim",
                     )
@@ -188,9 +255,11 @@ async def measure(args, console, triton, sock, listen, ladder) -> dict[str, Any]
         await reload.aclose()
         await shift.aclose()
 
-    every_window = changes["reload"] + changes["shift"]
-    out: dict[str, Any] = {"rate_rps": args.rate, "rounds": args.rounds, "ways": {}}
-    for way in ("reload", "shift"):
+    every_window = [w for way in changes.values() for w in way] + unmeasured
+    out: dict[str, Any] = {
+        "protocol": args.protocol, "rate_rps": args.rate, "rounds": args.rounds, "ways": {}
+    }
+    for way in changes:
         during = in_flight(load.done, changes[way])
         out["ways"][way] = {
             **tail([ms for ms, o in during if o == "ok"]),
@@ -214,17 +283,20 @@ async def measure(args, console, triton, sock, listen, ladder) -> dict[str, Any]
 
 
 def print_table(result: dict[str, Any], console: Console) -> None:
-    table = Table(title=f"dense_mlp at {result['rate_rps']:g} req/s over HTTP through HAProxy, "
-                        f"{result['rounds']} changes each way")
+    table = Table(title=f"dense_mlp at {result['rate_rps']:g} req/s over {result['protocol']} through "
+                        f"HAProxy, {result['rounds']} changes each way")
     for col in ("requests in flight", "n", "p50 ms", "p95 ms", "p99 ms", "max ms", "failed",
                 "changes ok", "change s (median)"):
         table.add_column(col, justify="right")
     labels = {
         "reload": "during a reload swap",
+        "reload-grpc": "during a reload, load API over gRPC",
         "shift": "during a weight shift",
         "steady": "during no change",
     }
     for way, label in labels.items():
+        if way not in result["ways"]:
+            continue
         w = result["ways"][way]
 
         def f(v: Any) -> str:
@@ -244,11 +316,15 @@ def print_table(result: dict[str, Any], console: Console) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--protocol", choices=("http", "grpc"), default="http",
+                    help="http: one Triton, paths rewritten; grpc: three Triton servers")
     ap.add_argument("--rate", type=float, default=25.0, help="open-loop requests/s (default 25)")
     ap.add_argument("--rounds", type=int, default=5, help="changes of each kind (default 5)")
     ap.add_argument("--step-dwell-s", type=float, default=1.0, help="each shift step's guard window")
     ap.add_argument("--guard-p95-ms", type=float, default=500.0, help="the guard's latency limit")
     ap.add_argument("--settle-s", type=float, default=3.0, help="pause around each change")
+    ap.add_argument("--grpc-load-api", action="store_true",
+                    help="also swap by a load sent over gRPC (not the reload actuator, which uses HTTP)")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     args = ap.parse_args()
     console = Console(stderr=args.json, width=140)
