@@ -106,8 +106,12 @@ def pair(tmp_path_factory) -> Iterator[dict[str, TritonServer]]:
             servers[name] = TritonServer.on_free_ports(root).start()
         yield servers
     finally:
-        for s in servers.values():
-            s.close()
+        # Each stop waits for Triton's own shutdown; the two can wait together.
+        threads = [threading.Thread(target=s.close) for s in servers.values()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
 
 
 @pytest.fixture

@@ -203,9 +203,10 @@ class GuardSettings:
     failure_reasons: tuple[str, ...] | None = None
     """Triton failure reasons that count; None (default): every reason, since a
     variant that fails requests for any reason should not get more traffic."""
-    min_requests: int = 0
+    min_requests: int = 1
     """Fewer completed requests than this in the step make the step inconclusive;
-    it passes (there is no traffic to protect) and the message says so."""
+    it passes (there is no traffic to protect) and the message says so. A step
+    without a single request is always inconclusive."""
 
     def __post_init__(self) -> None:
         if not self.p95_ms > 0:
@@ -619,6 +620,8 @@ class GatewayActuator:
         """Put the weights of before the shift back at once: the receiving variant is the
         suspect, the one that held the traffic was fine."""
         what = f"shifting to {profile.name} failed ({reason}): {why}"
+        if done:
+            what += f" (steps passed: {' -> '.join(done)})"
         target = percents(shares(before)) if any(v > 0 for v in before.values()) else {
             k: int(v) for k, v in before.items()
         }

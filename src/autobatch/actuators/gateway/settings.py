@@ -26,7 +26,7 @@ Everything under ``actuator:`` besides ``kind`` (``actuator: {kind: gateway, ...
         mean_ms: 60                    # default: guard.p95_ms
         max_failure_rps: 0
         failure_reasons: [REJECTED]    # default: every reason
-        min_requests: 0
+        min_requests: 1
       variants:                        # one per ladder profile
         latency-soft:
           server: latency              # haproxy: its server in `backend`
@@ -178,7 +178,7 @@ def parse_gateway_options(
             mean_ms=g.float("mean_ms", None, min=0.0, min_exclusive=True),
             max_failure_rps=g.float("max_failure_rps", 0.0, min=0.0),
             failure_reasons=tuple(reasons) if reasons is not None else None,
-            min_requests=g.int("min_requests", 0, min=0),
+            min_requests=g.int("min_requests", 1, min=0),
         )
         g.done()
 
