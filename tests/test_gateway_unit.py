@@ -608,3 +608,39 @@ async def test_the_sidecar_builds_the_gateway_actuator_and_the_combined_source(t
         with contextlib.suppress(Exception):
             await act.aclose()
         await source.aclose()
+
+
+async def test_with_prometheus_each_variant_is_its_pool_selector():
+    from autobatch.actuators.gateway.signals import PrometheusStepSignals
+    from autobatch.controller.config import load_sidecar_config
+    from autobatch.signals.prometheus import PrometheusSource
+
+    from .conftest import ROOT
+
+    cfg = load_sidecar_config(ROOT / "examples" / "k8s" / "sidecar-httproute.yaml")
+    source = gw.build_gateway_source(cfg, clock=lambda: 0.0)
+    try:
+        assert all(isinstance(s, PrometheusSource) for s in source.sources.values())
+        assert {n: s.promql.selector for n, s in source.sources.items()} == {
+            "latency-soft": 'namespace="serving",pool="latency"',
+            "aggressive": 'namespace="serving",pool="throughput"',
+        }
+    finally:
+        await source.aclose()
+
+    class Polls:
+        def __init__(self, windows):
+            self.windows = list(windows)
+
+        async def poll(self):
+            return self.windows.pop(0)
+
+        async def aclose(self):
+            return None
+
+    signals = PrometheusStepSignals(Polls([win(p95_ms=33.0), win(p95_ms=40.0), None]))
+    baseline = await signals.begin()
+    assert signals.p95_ms(baseline) == 33.0
+    assert (await signals.window(baseline)).p95_ms == 40.0
+    with pytest.raises(ScrapeError):
+        await signals.window(baseline)
