@@ -47,7 +47,8 @@ def config(tmp_path: Path, server: TritonServer, **over):
     token.write_text(TOKEN + "\n")
     data = {
         "model": EMULATOR_MODEL,
-        "triton": {"http_url": server.urls.http, "metrics_url": server.urls.metrics},
+        "triton": {"http_url": server.urls.http, "metrics_url": server.urls.metrics,
+                   "grpc_url": server.urls.grpc},
         "profiles": {"dir": str(PROFILES / EMULATOR_MODEL), "ladder": ["latency-soft", "aggressive"]},
         "slo": {"p95_ms": 150},
         "policy": {

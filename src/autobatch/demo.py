@@ -47,7 +47,11 @@ def demo_sidecar_config(
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: must be a mapping")
     data = dict(data)
-    data["triton"] = {"http_url": server.urls.http, "metrics_url": server.urls.metrics}
+    data["triton"] = {
+        "http_url": server.urls.http,
+        "metrics_url": server.urls.metrics,
+        "grpc_url": server.urls.grpc,
+    }
     server_section = dict(data.get("server") or {})
     server_section["listen"] = "127.0.0.1:0"
     data["server"] = server_section

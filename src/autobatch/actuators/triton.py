@@ -252,6 +252,12 @@ class TritonReloadActuator:
             Triton does not cancel the load, so the rollback loads the last good
             profile again, which Triton runs after the stray load; that rollback
             load may take twice this long.
+        grpc_url: send the load request over gRPC (``host:port``) instead of HTTP.
+            Measured here (benchmarks/reload_vs_shift.py): while a load request
+            runs on Triton's HTTP endpoint, some HTTP inference requests wait for
+            it to finish (p99 of HTTP clients during a swap 2.9-5.6 s); with the
+            load sent over gRPC the same swap kept their p99 at 49 ms against
+            43 ms with no swap. Config reads stay on HTTP. None: HTTP.
     """
 
     name = "triton"
@@ -267,6 +273,7 @@ class TritonReloadActuator:
         repository: str | Path | None = None,
         request_timeout_s: float = 5.0,
         load_timeout_s: float = 120.0,
+        grpc_url: str | None = None,
     ) -> None:
         for field, value in (("request_timeout_s", request_timeout_s), ("load_timeout_s", load_timeout_s)):
             if not value > 0:
@@ -295,6 +302,8 @@ class TritonReloadActuator:
         quoted = quote(model, safe="")
         self._config_url = f"{self.http_url}/v2/models/{quoted}/config"
         self._load_url = f"{self.http_url}/v2/repository/models/{quoted}/load"
+        self.grpc_url = grpc_url.split("://", 1)[-1] if grpc_url else None
+        self._grpc: Any = None
 
     @property
     def config_path(self) -> Path | None:
@@ -371,6 +380,9 @@ class TritonReloadActuator:
     async def aclose(self) -> None:
         if self._owns_client:
             await self._client.aclose()
+        if self._grpc is not None:
+            await self._grpc.close()
+            self._grpc = None
 
     # -- the steps ---------------------------------------------------------------------
     async def _apply_on(
@@ -562,6 +574,8 @@ class TritonReloadActuator:
 
     async def _load(self, config: Mapping[str, Any], *, timeout_s: float | None = None) -> float:
         """Load ``config`` as an override; the seconds the load took."""
+        if self.grpc_url is not None:
+            return await self._load_grpc(config, timeout_s=timeout_s or self.load_timeout_s)
         body = {"parameters": {"config": json.dumps(config)}}
         start = self.clock()
         timeout_s = timeout_s or self.load_timeout_s
@@ -580,6 +594,29 @@ class TritonReloadActuator:
             ) from exc
         if r.status_code != 200:
             raise _Refused(f"Triton refused the load: {_error_text(r)}")
+        return self.clock() - start
+
+    async def _load_grpc(self, config: Mapping[str, Any], *, timeout_s: float) -> float:
+        import tritonclient.grpc.aio as grpcclient
+        from tritonclient.utils import InferenceServerException
+
+        if self._grpc is None:
+            self._grpc = grpcclient.InferenceServerClient(self.grpc_url)
+        start = self.clock()
+        try:
+            await self._grpc.load_model(self.model, config=json.dumps(config), client_timeout=timeout_s)
+        except InferenceServerException as exc:
+            status = str(exc.status() or "")
+            if "DEADLINE_EXCEEDED" in status:
+                raise _LoadTimeout(
+                    f"the load of {self.model!r} took longer than {timeout_s:g} s "
+                    "(raise load_timeout_s for large models)"
+                ) from exc
+            if "UNAVAILABLE" in status:
+                raise _Unreachable(
+                    f"Triton at {self.grpc_url} (gRPC) did not answer the load: {exc.message()}"
+                ) from exc
+            raise _Refused(f"Triton refused the load: {exc.message()}") from exc
         return self.clock() - start
 
     # -- helpers -----------------------------------------------------------------------

@@ -42,6 +42,8 @@ class TritonEndpoints:
     """Triton's HTTP endpoint: config, stats, the repository (load) API."""
     metrics_url: str
     """Triton's Prometheus endpoint (the metrics port)."""
+    grpc_url: str = "127.0.0.1:8001"
+    """Triton's gRPC endpoint (``host:port``): the reload actuator sends its loads here."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,9 @@ class ActuatorSettings:
     """``triton`` (reload with a config override), ``dry-run`` (log only) or ``gateway``."""
     mode: str = "override"
     """Triton actuator: ``override`` (load API only) or ``file`` (also write config.pbtxt)."""
+    load_api: str = "grpc"
+    """Triton actuator: send loads over ``grpc`` (default) or ``http``. A load running on
+    Triton's HTTP endpoint stalls some HTTP inference requests for its whole duration."""
     repository: Path | None = None
     """Model repository for ``mode: file``."""
     timeout_s: float = 120.0
@@ -136,7 +141,11 @@ def sidecar_config_from_mapping(data: Any, source: str, base: Path) -> SidecarCo
     triton = TritonEndpoints(
         http_url=_url(tsec, "http_url", "http://127.0.0.1:8000"),
         metrics_url=_url(tsec, "metrics_url", "http://127.0.0.1:8002/metrics"),
+        grpc_url=tsec.str("grpc_url", "127.0.0.1:8001"),
     )
+    host, _, port = triton.grpc_url.rpartition(":")
+    if "://" in triton.grpc_url or not host or not port.isdigit():
+        raise tsec.fail("grpc_url", triton.grpc_url, "must be HOST:PORT, e.g. 127.0.0.1:8001")
     tsec.done()
 
     psec = top.section("profiles")
@@ -224,13 +233,15 @@ def sidecar_config_from_mapping(data: Any, source: str, base: Path) -> SidecarCo
     act = top.section("actuator", {})
     kind = act.str("kind", "triton", choices=("triton", "dry-run", "gateway"))
     mode = act.str("mode", "override", choices=("override", "file"))
+    load_api = act.str("load_api", "grpc", choices=("grpc", "http"))
     repo = _path(base, act.str("repository", None))
     if mode == "file" and repo is None:
         raise act.fail("repository", None, "is required when mode is file")
     if repo is not None and not (repo / model / "config.pbtxt").is_file():
         raise act.fail("repository", str(repo), f"has no {model}/config.pbtxt")
     timeout = act.float("timeout_s", 120.0, min=0.0, min_exclusive=True)
-    options = {k: v for k, v in act.data.items() if k not in ("kind", "mode", "repository", "timeout_s")}
+    common = ("kind", "mode", "repository", "timeout_s", "load_api")
+    options = {k: v for k, v in act.data.items() if k not in common}
     for k in options:
         act.raw(k)
     if kind != "gateway" and options:
@@ -250,7 +261,8 @@ def sidecar_config_from_mapping(data: Any, source: str, base: Path) -> SidecarCo
             slo_p95_ms=slo_p95,
         )
     actuator = ActuatorSettings(
-        kind=kind, mode=mode, repository=repo, timeout_s=timeout, options=options, gateway=gateway
+        kind=kind, mode=mode, repository=repo, timeout_s=timeout, options=options, gateway=gateway,
+        load_api=load_api,
     )
     act.done()
 
