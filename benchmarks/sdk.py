@@ -8,8 +8,11 @@ Starts the embedded Triton on free ports with one model and measures:
   compute times, before and after the runs, the faster of the two) and its
   curve limit, max over b of b / latency(b): the most rows per second this
   model can do on this device, whoever batches;
-* for Triton's dynamic batching **on** (the repository's config) and **off**
-  (the same config loaded without ``dynamic_batching``, restored afterwards):
+* for Triton's dynamic batching **on** (the repository's config with Triton's
+  default batcher, ``dynamic_batching {}``: no wait, and with an empty preferred
+  list every batch as large as the queue allows, up to ``max_batch_size``) and
+  **off** (the same config without ``dynamic_batching``); the repository's own
+  config is restored afterwards:
   - 1 caller: plain ``tritonclient.grpc.aio`` and ``TritonBatchClient``
     alternating request by request, so both see the same machine;
   - 64 closed-loop callers: plain and SDK in alternating rounds;
@@ -168,22 +171,27 @@ async def many_callers(call: Callable[[np.ndarray], Awaitable[Any]], inputs: lis
     target.busy_s += time.perf_counter() - t0
 
 
-def set_dynamic_batching(http: httpx.Client, model: str, on: bool) -> None:
-    """Load the repository's config, with or without its ``dynamic_batching``.
+def set_dynamic_batching(http: httpx.Client, model: str, on: bool | None) -> None:
+    """Load the repository's config with Triton's default batcher (on), without one
+    (off), or as it is in the repository (None).
 
-    "On" is loaded as an override too: a plain load of an unchanged model
-    directory keeps the override in force (Triton sees nothing to reload).
+    The repository's config is the latency-soft profile, whose preferred sizes cap
+    batches at 4: "on" means Triton's own default, not that profile. Every setting
+    is loaded as an override: a plain load of an unchanged model directory keeps a
+    previous override in force (Triton sees nothing to reload).
     """
     path = REPOSITORY / model / "config.pbtxt"
     config = parse_pbtxt(path.read_text(encoding="utf-8"), str(path))
-    if not on:
+    if on is False:
         config.pop("dynamic_batching", None)
+    elif on is True:
+        config["dynamic_batching"] = {}
     r = http.post(f"/v2/repository/models/{model}/load", timeout=300,
                   json={"parameters": {"config": json.dumps(config)}})
     if r.status_code != 200:
         raise SystemExit(f"loading {model} with dynamic batching {'on' if on else 'off'}: {r.text}")
     live = http.get(f"/v2/models/{model}/config").json()
-    if ("dynamic_batching" in live) != on:
+    if on is not None and ("dynamic_batching" in live) != on:
         raise SystemExit(f"{model}: dynamic_batching is not {'on' if on else 'off'} after the load")
 
 
@@ -247,7 +255,7 @@ def main() -> None:
                         measure_setting(server, args.model, width, args, stats)
                     )
         finally:
-            set_dynamic_batching(http, args.model, True)  # the repository's config again
+            set_dynamic_batching(http, args.model, None)  # the repository's config again
         # Measured before and after the runs; a busy machine only ever slows a batch
         # down, so the faster median of the two is the better estimate of the device.
         after = curve_now()

@@ -1,0 +1,53 @@
+"""Run every benchmark in turn (`make bench`), each on its own, and keep their output.
+
+    .venv/bin/python benchmarks/run_all.py [--out out/bench]
+
+They start their own Triton servers (and HAProxy) on free ports; run them on a
+quiet machine, one at a time: every figure is a ratio measured side by side in
+one run, but the absolute numbers move with whatever else the two cores do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BENCHMARKS = [
+    ("batch_curves", []),
+    ("loadgen", ["--duration", "5"]),
+    ("simulator", []),
+    ("sdk", []),
+    ("footprint", []),
+    ("reload_vs_shift", []),
+    ("closed_loop", []),
+]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=HERE.parent / "out" / "bench")
+    ap.add_argument("--only", nargs="*", help="names to run (default: all)")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    failed = []
+    for name, extra in BENCHMARKS:
+        if args.only and name not in args.only:
+            continue
+        t0 = time.monotonic()
+        print(f"== {name}", flush=True)
+        with open(args.out / f"{name}.txt", "w") as log:
+            rc = subprocess.call([sys.executable, str(HERE / f"{name}.py"), *extra], stdout=log,
+                                 stderr=subprocess.STDOUT)
+        print(f"   exit {rc} after {time.monotonic() - t0:.0f} s; output in {args.out / (name + '.txt')}")
+        if rc != 0:
+            failed.append(name)
+    if failed:
+        raise SystemExit(f"failed: {', '.join(failed)}")
+
+
+if __name__ == "__main__":
+    main()
