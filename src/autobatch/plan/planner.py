@@ -194,8 +194,9 @@ def candidate_profiles(
     """Profiles from latency-soft to aggressive, for a profile max batch size and the
     SLO's delay.
 
-    The batches are capped by the preferred sizes (Triton never sends more than
-    the largest preferred size it can form), while each profile's own
+    The batches are capped by the preferred sizes (Triton sends the largest
+    preferred size it can form; only a payload whose delay ran out grows past
+    it, toward ``max_batch_size``), while each profile's own
     ``max_batch_size`` stays the model's (``model_max_batch_size``): a profile
     the sidecar applies must not start rejecting clients that send multi-row
     requests.
