@@ -12,7 +12,6 @@ import asyncio
 import dataclasses
 import shutil
 import statistics
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,11 +22,10 @@ import numpy as np
 import pytest
 
 from autobatch.actuators import TritonReloadActuator
-from autobatch.load import run_load
 from autobatch.profiles import load_profiles, parse_pbtxt
-from autobatch.schedule import Schedule
 
 from .conftest import PROFILES, REPOSITORY
+from .helpers import BackgroundLoad
 
 pytestmark = pytest.mark.triton
 
@@ -86,55 +84,6 @@ def expected(profile) -> tuple[list[int], int]:
     return sorted(profile.preferred_batch_size), profile.max_queue_delay_us
 
 
-class BackgroundLoad:
-    """The load generator in a thread, open-loop, until stopped (bounded by ``max_s``).
-
-    Each completed request is kept as (sent, done, outcome) on ``time.monotonic``,
-    the clock of the generator's event loop, so it lines up with swap times.
-    """
-
-    def __init__(self, server, rate_rps: float, max_s: float, seed: int = 0) -> None:
-        self.url = server.urls.grpc
-        self.schedule = Schedule.constant(rate_rps, max_s)
-        self.seed = seed
-        self.stop = threading.Event()
-        self.first = threading.Event()
-        self.done: list[tuple[float, float, str]] = []
-        self.report: Any = None
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name="load", daemon=True)
-
-    def _on_record(self, rec) -> None:
-        now = time.monotonic()
-        if rec.latency_ms is not None:
-            self.done.append((now - rec.latency_ms / 1000.0, now, rec.outcome))
-        self.first.set()
-
-    def _run(self) -> None:
-        try:
-            self.report = run_load(
-                self.url, MODEL, self.schedule, seed=self.seed, on_record=self._on_record, stop=self.stop
-            )
-        except BaseException as exc:  # re-raised in the test's thread
-            self.error = exc
-        finally:
-            self.first.set()
-
-    def __enter__(self) -> BackgroundLoad:
-        self.thread.start()
-        assert self.first.wait(120), "the load generator sent nothing in 120 s"
-        if self.error is not None:
-            raise self.error
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(60)
-        assert not self.thread.is_alive(), "the load generator did not stop"
-        if self.error is not None and exc[0] is None:
-            raise self.error
-
-
 def p99_ms(latencies: list[float]) -> float | None:
     return float(np.percentile(latencies, 99)) if latencies else None
 
@@ -153,7 +102,7 @@ async def test_every_profile_swaps_in_under_load_and_no_request_fails(actuator, 
     order = [ladder[(i + 1) % len(ladder)] for i in range(SWAPS)]
     results = []
     windows: list[tuple[float, float]] = []
-    with BackgroundLoad(server, LOAD_RPS, max_s=240.0, seed=4) as load:
+    with BackgroundLoad(server.urls.grpc, MODEL, LOAD_RPS, max_s=240.0, seed=4) as load:
         # A few seconds without swaps, for the steady-state tail to compare with.
         steady_until = time.monotonic() + STEADY_S
         while time.monotonic() < steady_until:
@@ -209,7 +158,7 @@ async def test_a_profile_triton_refuses_is_rolled_back_and_the_model_keeps_servi
     gpu.check()
     gpu.validate_against(live_config(server))  # the local checks pass: only Triton knows there is no GPU
 
-    with BackgroundLoad(server, 20.0, max_s=120.0, seed=5) as load:
+    with BackgroundLoad(server.urls.grpc, MODEL, 20.0, max_s=120.0, seed=5) as load:
         result = await actuator.apply(gpu)
         refused_at = time.monotonic()
         # The model keeps serving: wait for requests sent after the refusal to come back.

@@ -63,6 +63,7 @@ from autobatch.serve import EMULATOR_MODEL, TritonServer, free_port
 from autobatch.signals.triton import TritonSource
 
 from .conftest import PROFILES, REPOSITORY, ROOT
+from .helpers import BackgroundLoad
 from .test_sidecar import Running
 
 pytestmark = pytest.mark.triton
@@ -163,51 +164,6 @@ def haproxy_weights(sock: Path, backend: str = "be_variants") -> dict[str, float
     return {k: float(v.weight) for k, v in parse_servers_state(data.decode(), backend).items()}
 
 
-class Load:
-    """Open-loop load through the gateway in a thread, until stopped (bounded by ``max_s``)."""
-
-    def __init__(self, url: str, rate_rps: float, *, protocol: str, max_s: float = 120.0, seed: int = 0):
-        self.url, self.protocol, self.seed = url, protocol, seed
-        self.schedule = Schedule.constant(rate_rps, max_s)
-        self.stop = threading.Event()
-        self.first = threading.Event()
-        self.done: list[tuple[float, float, str]] = []
-        self.report: Any = None
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name="gateway-load", daemon=True)
-
-    def _on_record(self, rec) -> None:
-        now = time.monotonic()
-        if rec.latency_ms is not None:
-            self.done.append((now - rec.latency_ms / 1000.0, now, rec.outcome))
-        self.first.set()
-
-    def _run(self) -> None:
-        try:
-            self.report = run_load(
-                self.url, MODEL, self.schedule, protocol=self.protocol, seed=self.seed,
-                on_record=self._on_record, stop=self.stop,
-            )
-        except BaseException as exc:  # re-raised in the test's thread
-            self.error = exc
-        finally:
-            self.first.set()
-
-    def __enter__(self) -> Load:
-        self.thread.start()
-        assert self.first.wait(60), "the load generator sent nothing in 60 s"
-        if self.error is not None:
-            raise self.error
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(60)
-        assert not self.thread.is_alive(), "the load generator did not stop"
-        if self.error is not None and exc[0] is None:
-            raise self.error
-
-
 class SplitMeter:
     """A sleep for the actuator's dwell that also counts, at each Triton, what every
     variant served while the weights stood still: the split seen by the servers."""
@@ -275,7 +231,7 @@ async def test_twenty_shifts_under_load_over_http_zero_failures_split_matches(tr
         )
         results = []
         try:
-            with Load(proxy.listen, 100.0, protocol="http", seed=1) as load:
+            with BackgroundLoad(proxy.listen, MODEL, 100.0, max_s=120.0, protocol="http", seed=1) as load:
                 for i in range(7):
                     results.append(await act.apply(ladder()[(i + 1) % 2]))
                     assert results[-1].ok, results[-1].message
@@ -325,7 +281,7 @@ async def test_shifts_over_grpc_between_two_servers(pair, short_dir, capsys):
             guard=guard, step_dwell_s=1.0, sleep=meter.sleep,
         )
         try:
-            with Load(listen, 100.0, protocol="grpc", seed=2) as load:
+            with BackgroundLoad(listen, MODEL, 100.0, max_s=120.0, protocol="grpc", seed=2) as load:
                 first = await act.apply(ladder()[1])
                 back = await act.apply(ladder()[0])
         finally:
@@ -357,7 +313,7 @@ async def test_the_guard_rolls_back_a_variant_that_breaks_the_slo(triton, short_
             guard=guard, step_dwell_s=1.5,
         )
         try:
-            with Load(proxy.listen, 40.0, protocol="http", seed=3) as load:
+            with BackgroundLoad(proxy.listen, MODEL, 40.0, max_s=120.0, protocol="http", seed=3) as load:
                 result = await act.apply(ladder()[1])
                 live = await act.live_profile()
         finally:
@@ -390,7 +346,7 @@ async def test_failures_only_the_gateway_sees_roll_back(triton, short_dir):
         guard = guard_for(on_one(triton, variants), 250.0)
         act = GatewayActuator(ladder(), variants, backend, guard=guard, step_dwell_s=1.0)
         try:
-            with Load(listen, 40.0, protocol="http", seed=4):
+            with BackgroundLoad(listen, MODEL, 40.0, max_s=120.0, protocol="http", seed=4):
                 result = await act.apply(ladder()[1])
             broken = await backend.failure_count("broken")
         finally:
@@ -440,7 +396,7 @@ def test_socket_gone_the_controller_holds_and_a_restarted_haproxy_is_reconciled(
         assert st["last_actuation"]["ok"] and st["last_actuation"]["reason"] == "applied", st
         assert haproxy_weights(sock) == {"latency": 0.0, "throughput": 100.0}
 
-        with Load(proxy.listen, 40.0, protocol="http", seed=5) as load:
+        with BackgroundLoad(proxy.listen, MODEL, 40.0, max_s=120.0, protocol="http", seed=5) as load:
             sock.unlink()  # haproxy keeps routing; only its runtime API is gone
             running.wait_for(lambda s: s["errors"].get("reconcile", 0) >= 2, 30, "reconcile errors")
             r = httpx.post(running.url + "/profile", json={"profile": "latency-soft"},

@@ -21,7 +21,7 @@ import pytest
 from autobatch.serve import EMULATOR_MODEL, free_port
 from autobatch.signals import PrometheusSource, TritonSource, window_between
 
-from .test_signals_triton import BackgroundLoad
+from .helpers import BackgroundLoad
 
 pytestmark = pytest.mark.triton
 
@@ -101,7 +101,7 @@ scrape_configs:
 async def test_promql_window_agrees_with_the_direct_one(triton: Any, prometheus: str) -> None:
     rate_rps, window_s = 80.0, 8.0
     async with TritonSource(triton.urls.http, M, metrics_url=triton.urls.metrics) as direct:
-        with BackgroundLoad(triton.urls.grpc, rate_rps, window_s + 6.0) as load:
+        with BackgroundLoad(triton.urls.grpc, M, rate_rps, max_s=window_s + 6.0, drain_s=5.0) as load:
             load.wait_for(int(rate_rps * 1.5))
             a = await direct.sample()
             load.wait_for(len(load.done_at) + int(rate_rps * window_s))

@@ -6,8 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
-import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,61 +13,15 @@ import httpx
 import pytest
 
 from autobatch.errors import ScrapeError
-from autobatch.load import RequestRecord, run_load
-from autobatch.schedule import Schedule
 from autobatch.serve import EMULATOR_MODEL, TritonServer, free_port
 from autobatch.signals import TritonSample, TritonSource, window_between, windows
 
 from .conftest import REPOSITORY
+from .helpers import BackgroundLoad
 
 pytestmark = pytest.mark.triton
 
 M = EMULATOR_MODEL
-
-
-class BackgroundLoad:
-    """``autobatch load``'s engine in a thread, noting the wall-clock time of each success."""
-
-    def __init__(self, url: str, rate_rps: float, duration_s: float, batch_size: int = 1) -> None:
-        self.done_at: list[float] = []
-        self.stop = threading.Event()
-        self.report: Any = None
-        self.error: BaseException | None = None
-        self._args = (url, M, Schedule.constant(rate_rps, duration_s))
-        self._batch_size = batch_size
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _record(self, record: RequestRecord) -> None:
-        if record.ok:
-            self.done_at.append(time.time())
-
-    def _run(self) -> None:
-        try:
-            self.report = run_load(*self._args, batch_size=self._batch_size, drain_s=5.0,
-                                   on_record=self._record, stop=self.stop)
-        except BaseException as exc:  # re-raised in the test's thread
-            self.error = exc
-
-    def wait_for(self, completions: int, timeout_s: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while len(self.done_at) < completions:
-            if self.error is not None:
-                raise self.error
-            assert time.monotonic() < deadline, f"only {len(self.done_at)} of {completions} done"
-            time.sleep(0.02)
-
-    def completed_between(self, start_s: float, end_s: float) -> int:
-        return sum(1 for t in list(self.done_at) if start_s < t <= end_s)
-
-    def __enter__(self) -> BackgroundLoad:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self._thread.join(timeout=30)
-        if self.error is not None and exc[0] is None:
-            raise self.error
 
 
 def batch_stats_mean(before: TritonSample, after: TritonSample) -> float:
@@ -90,7 +42,8 @@ async def test_window_agrees_with_the_load_generator(
 ) -> None:
     window_s = 5.0
     async with TritonSource(triton.urls.http, M, metrics_url=triton.urls.metrics) as source:
-        with BackgroundLoad(triton.urls.grpc, rate_rps, window_s + 4.0, batch_size) as load:
+        with BackgroundLoad(triton.urls.grpc, M, rate_rps, max_s=window_s + 4.0, batch_size=batch_size,
+                            drain_s=5.0) as load:
             load.wait_for(int(rate_rps))  # past the start-up
             a = await source.sample()
             load.wait_for(len(load.done_at) + int(rate_rps * window_s))

@@ -1,0 +1,90 @@
+"""Shared test helpers that drive the real servers."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from autobatch.load import RequestRecord, run_load
+from autobatch.schedule import Schedule
+
+
+class BackgroundLoad:
+    """``autobatch load``'s engine in a thread, open-loop, until stopped (bounded by ``max_s``).
+
+    Each finished request is kept in ``done`` as (sent, done, outcome) on
+    ``time.monotonic`` (the clock the actuators report on), and each success's
+    wall-clock completion time in ``done_at`` (the clock of Triton's windows).
+    Entering waits for the first completion; leaving stops the load and
+    re-raises what the generator raised.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        rate_rps: float,
+        *,
+        max_s: float,
+        protocol: str = "grpc",
+        seed: int = 0,
+        batch_size: int = 1,
+        drain_s: float | None = None,
+    ) -> None:
+        self.url, self.model, self.protocol = url, model, protocol
+        self.schedule = Schedule.constant(rate_rps, max_s)
+        self.seed, self.batch_size, self.drain_s = seed, batch_size, drain_s
+        self.stop = threading.Event()
+        self.first = threading.Event()
+        self.done: list[tuple[float, float, str]] = []
+        self.done_at: list[float] = []
+        self.report: Any = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="load", daemon=True)
+
+    def _on_record(self, rec: RequestRecord) -> None:
+        now = time.monotonic()
+        if rec.latency_ms is not None:
+            self.done.append((now - rec.latency_ms / 1000.0, now, rec.outcome))
+        if rec.ok:
+            self.done_at.append(time.time())
+        self.first.set()
+
+    def _run(self) -> None:
+        try:
+            self.report = run_load(
+                self.url, self.model, self.schedule, protocol=self.protocol, seed=self.seed,
+                batch_size=self.batch_size, drain_s=self.drain_s, on_record=self._on_record,
+                stop=self.stop,
+            )
+        except BaseException as exc:  # re-raised in the test's thread
+            self.error = exc
+        finally:
+            self.first.set()
+
+    def wait_for(self, completions: int, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while len(self.done_at) < completions:
+            if self.error is not None:
+                raise self.error
+            assert time.monotonic() < deadline, f"only {len(self.done_at)} of {completions} done"
+            time.sleep(0.02)
+
+    def completed_between(self, start_s: float, end_s: float) -> int:
+        """Successes that completed in (start_s, end_s], wall clock."""
+        return sum(1 for t in list(self.done_at) if start_s < t <= end_s)
+
+    def __enter__(self) -> BackgroundLoad:
+        self.thread.start()
+        assert self.first.wait(120), "the load generator sent nothing in 120 s"
+        if self.error is not None:
+            raise self.error
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(60)
+        assert not self.thread.is_alive(), "the load generator did not stop"
+        if self.error is not None and exc[0] is None:
+            raise self.error
