@@ -14,7 +14,7 @@ server, a refused config, a failed verification: those come back as an
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from autobatch.profiles import Profile
 
@@ -66,6 +66,13 @@ class ActuationResult:
     load_s: float | None = None
     """How long the server took to load the new config (the load request alone), the
     swap itself; None when nothing was loaded."""
+
+    @classmethod
+    def since(
+        cls, profile: Profile, t0: float, now: float, *, ok: bool, reason: str, message: str, **rest: Any
+    ) -> ActuationResult:
+        """A result for ``profile`` whose step started at ``t0`` on the actuator's clock."""
+        return cls(profile.name, ok, max(0.0, now - t0), reason, message, **rest)
 
 
 @runtime_checkable

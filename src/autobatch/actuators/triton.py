@@ -645,25 +645,5 @@ class TritonReloadActuator:
         except (OSError, ProfileError):
             return False
 
-    def _result(
-        self,
-        profile: Profile,
-        t0: float,
-        *,
-        ok: bool,
-        reason: str,
-        message: str,
-        active: str | None = None,
-        rolled_back: bool = False,
-        load_s: float | None = None,
-    ) -> ActuationResult:
-        return ActuationResult(
-            profile=profile.name,
-            ok=ok,
-            duration_s=max(0.0, self.clock() - t0),
-            reason=reason,
-            message=message,
-            active=active,
-            rolled_back=rolled_back,
-            load_s=load_s,
-        )
+    def _result(self, profile: Profile, t0: float, **fields: Any) -> ActuationResult:
+        return ActuationResult.since(profile, t0, self.clock(), **fields)

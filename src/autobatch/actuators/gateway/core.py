@@ -671,26 +671,8 @@ class GatewayActuator:
         target = holder(weights)
         return self._by_target.get(target) if target is not None else None
 
-    def _result(
-        self,
-        profile: Profile,
-        t0: float,
-        *,
-        ok: bool,
-        reason: str,
-        message: str,
-        active: str | None = None,
-        rolled_back: bool = False,
-    ) -> ActuationResult:
-        return ActuationResult(
-            profile=profile.name,
-            ok=ok,
-            duration_s=max(0.0, self.clock() - t0),
-            reason=reason,
-            message=message,
-            active=active,
-            rolled_back=rolled_back,
-        )
+    def _result(self, profile: Profile, t0: float, **fields: Any) -> ActuationResult:
+        return ActuationResult.since(profile, t0, self.clock(), **fields)
 
 
 def _pct(step: Mapping[str, int]) -> str:
