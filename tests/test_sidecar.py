@@ -217,3 +217,22 @@ def test_metrics_endpoint_down_holds_without_crashing(tmp_path, server):
         assert st["last_decision"]["action"] == "hold"
         assert st["switches"] == 0
         assert httpx.get(running.url + "/healthz").status_code == 200
+
+
+def test_load_oscillating_at_the_threshold_switches_at_most_once_per_dwell(tmp_path, server):
+    """300 and 20 req/s alternating every 4 s: around latency-soft's capacity and far below."""
+    dwell_s = 10.0
+    cfg = config(tmp_path, server, policy={"min_dwell_s": dwell_s})
+    phases = tuple(Phase(f"{'high' if i % 2 else 'low'}-{i}", 300 if i % 2 else 20, 4) for i in range(10))
+    with Running(cfg) as running:
+        running.wait_for(lambda s: s["active_profile"] is not None, 30, "a live profile")
+        report = run_load(server.urls.grpc, EMULATOR_MODEL, Schedule(phases), timeout_s=20)
+    log = read_decision_log(cfg.decision_log)
+    landed = [ln["state_after"]["last_switch_s"] for ln in log
+              if ln["decision"]["action"] == "switch" and (ln["actuation"] or {}).get("ok")]
+    gaps = [b - a for a, b in zip(landed, landed[1:])]
+    reasons = [ln["decision"]["reason"] for ln in log if ln["decision"]["action"] == "switch"]
+    print(f"\n[oscillation] {len(landed)} switches {reasons}, gaps {[round(g, 1) for g in gaps]} s")
+    assert all(g >= dwell_s - 1e-6 for g in gaps), (landed, gaps)
+    assert len(landed) <= 1 + report.elapsed_s // dwell_s
+    assert report.total.failures == {}
