@@ -113,7 +113,6 @@ class _Recorder:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.done: list[tuple[float, float, bool]] = []  # (completion offset, latency ms, ok)
-        self.t0: float | None = None
 
     def __call__(self, rec: RequestRecord) -> None:
         if rec.sent_s is None:
@@ -127,7 +126,7 @@ class _Recorder:
             recent = [(lat, ok) for t, lat, ok in self.done[-5000:] if now_s - span_s <= t <= now_s]
         if not recent:
             return 0.0, None
-        lats = np.array([lat for lat, ok in recent if ok]) if recent else np.array([])
+        lats = np.array([lat for lat, ok in recent if ok])
         p95 = float(np.percentile(lats, 95)) if len(lats) else None
         return len(recent) / span_s, p95
 

@@ -25,7 +25,7 @@ from autobatch.closed_loop import ClosedLoopResult, Sample, run_closed_loop
 from autobatch.config import load_yaml
 from autobatch.controller.config import SidecarConfig, sidecar_config_from_mapping
 from autobatch.errors import ConfigError
-from autobatch.schedule import Schedule, load_schedule
+from autobatch.schedule import load_schedule
 from autobatch.serve import TritonServer, project_root
 
 __all__ = ["demo_sidecar_config", "run_demo", "summary_table"]
@@ -59,7 +59,7 @@ def demo_sidecar_config(
     return sidecar_config_from_mapping(data, str(path), base=path.resolve().parent)
 
 
-def _live_view(schedule: Schedule, rows: deque[Sample], status: Any, slo_ms: float) -> Group:
+def _live_view(rows: deque[Sample], status: Any, slo_ms: float) -> Group:
     table = Table(title="autobatch demo: dense_mlp under a step load", expand=False)
     for col, justify in (("t s", "right"), ("phase", "left"), ("target/s", "right"),
                          ("done/s", "right"), ("p95 ms", "right"), ("profile", "left"),
@@ -127,7 +127,7 @@ def run_demo(
 
                 def on_sample(sample: Sample, status: Any) -> None:
                     rows.append(sample)
-                    live.update(_live_view(schedule, rows, status, cfg.policy.slo_p95_ms))
+                    live.update(_live_view(rows, status, cfg.policy.slo_p95_ms))
 
                 result = asyncio.run(
                     run_closed_loop(schedule, server.urls.grpc, MODEL, sidecar=cfg,

@@ -25,7 +25,6 @@ import contextlib
 import importlib.util
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -33,7 +32,7 @@ import sys
 import sysconfig
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -422,17 +421,3 @@ def _reap_group(pgid: int, timeout_s: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise ServeError(f"processes of tritonserver group {pgid} survived SIGKILL")
         time.sleep(0.05)
-
-
-@contextlib.contextmanager
-def serving(**kwargs: Any) -> Iterator[TritonServer]:
-    """``with serving(...) as server:`` on free ports, for tests and benchmarks."""
-    with TritonServer.on_free_ports(**kwargs) as server:
-        yield server
-
-
-def which_tritonserver() -> str | None:
-    try:
-        return str(_pytriton_dir() / "bin" / "tritonserver")
-    except ServeError:
-        return shutil.which("tritonserver")
