@@ -10,6 +10,7 @@ two-core machine.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -17,7 +18,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from typer.testing import CliRunner
 
+from autobatch.cli import app
 from autobatch.controller.app import run_sidecar
 from autobatch.controller.config import sidecar_config_from_mapping
 from autobatch.controller.loop import read_decision_log
@@ -217,6 +220,13 @@ def test_metrics_endpoint_down_holds_without_crashing(tmp_path, server):
         assert st["last_decision"]["action"] == "hold"
         assert st["switches"] == 0
         assert httpx.get(running.url + "/healthz").status_code == 200
+        # `autobatch status` reads the same /status, given host:port as the other commands take it
+        host_port = running.url.split("://", 1)[1]
+        result = CliRunner().invoke(app, ["status", "--url", host_port, "--json"])
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.output)["active_profile"] == "latency-soft"
+        table = CliRunner().invoke(app, ["status", "--url", running.url])
+        assert table.exit_code == 0 and "latency-soft" in table.output and "signals=" in table.output
 
 
 def test_load_oscillating_at_the_threshold_switches_at_most_once_per_dwell(tmp_path, server):

@@ -740,8 +740,11 @@ def status(
     import httpx
     from rich.table import Table
 
+    from autobatch.signals.triton import normalize_url
+
+    url = normalize_url(url, "--url")
     try:
-        r = httpx.get(url.rstrip("/") + "/status", timeout=5.0)
+        r = httpx.get(url + "/status", timeout=5.0)
         r.raise_for_status()
         data = r.json()
     except (httpx.HTTPError, ValueError) as exc:
