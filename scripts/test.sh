@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The README's test command (`make test`) and what CI runs through .ci/run:
-# system packages, the dev venv, a core-only install check, lint, the test suite.
+# system packages, the dev venv, a core-only install check, lint and layer contracts, the test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/system-deps.sh
 scripts/setup.sh
 scripts/check-core-install.sh
 .venv/bin/ruff check src tests benchmarks
+.venv/bin/lint-imports   # the layers of DESIGN.md, as contracts in pyproject.toml
 exec .venv/bin/pytest -q -p no:cacheprovider "$@"
