@@ -7,6 +7,7 @@ here holds logic that a library function could hold.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
@@ -26,8 +27,16 @@ app = typer.Typer(
     add_completion=False,
     rich_markup_mode=None,
 )
-out = Console()
-err = Console(stderr=True)
+
+
+def _console(stream: Any) -> Console:
+    """A console for ``stream``; piped into a file or a CI log, tables get 120 columns, not 80."""
+    wide = not stream.isatty() and "COLUMNS" not in os.environ
+    return Console(file=None, stderr=stream is sys.stderr, width=120 if wide else None)
+
+
+out = _console(sys.stdout)
+err = _console(sys.stderr)
 
 
 def main() -> None:

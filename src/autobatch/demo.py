@@ -85,7 +85,7 @@ def summary_table(result: ClosedLoopResult, title: str | None = None) -> Table:
                 "profile in force", "switch after"):
         t.add_column(col, justify="left" if col in ("phase", "profile in force") else "right")
     for p in result.phases:
-        prof = ", ".join(f"{k} {v:.0%}" for k, v in p.profiles.items())
+        prof = "\n".join(f"{k} {v:.0%}" for k, v in p.profiles.items())
         t.add_row(
             p.name, f"{p.target_rps:.0f}", f"{p.throughput_rps:.0f}",
             _ms(p.p50_ms), _ms(p.p95_ms), _ms(p.p99_ms),
@@ -135,6 +135,7 @@ def run_demo(
                 )
         finally:
             server.close()
+        console.line()  # a piped Live leaves its last line open
         console.print(summary_table(result, "what each phase got, and the profile in force"))
         if result.switches:
             sw = Table(title="switches")
