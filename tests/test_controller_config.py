@@ -1,0 +1,104 @@
+"""The sidecar's config: every bad value is one line naming file, field, value and rule."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from autobatch.controller.config import load_sidecar_config, sidecar_config_from_mapping
+from autobatch.errors import ConfigError
+from autobatch.serve import free_port
+
+from .conftest import PROFILES, ROOT
+
+EXAMPLE = ROOT / "examples" / "sidecar.yaml"
+
+
+def example() -> dict[str, Any]:
+    data = yaml.safe_load(EXAMPLE.read_text())
+    data["profiles"]["dir"] = str(PROFILES / "dense_mlp")
+    data["policy"]["curve"] = str(ROOT / "curves" / "dense_mlp-cpu.yaml")
+    data["server"]["token_file"] = str(EXAMPLE.parent / "sidecar.token")
+    return data
+
+
+def test_the_example_config_loads_as_documented():
+    cfg = load_sidecar_config(EXAMPLE)
+    assert cfg.model == "dense_mlp"
+    assert [p.name for p in cfg.profiles] == ["latency-soft", "balanced", "aggressive"]
+    assert cfg.policy.slo_p95_ms == 60 and cfg.interval_s == 2
+    assert cfg.policy.confirmations == 2 and cfg.policy.min_dwell_s == 10
+    assert cfg.policy.curve is not None and cfg.actuator.load_api == "grpc"
+    assert (cfg.server.host, cfg.server.port) == ("127.0.0.1", 9400)
+
+
+def edit(path: str, value: Any) -> dict[str, Any]:
+    data = copy.deepcopy(example())
+    *parents, last = path.split(".")
+    node = data
+    for key in parents:
+        node = node.setdefault(key, {})
+    if value is DELETE:
+        del node[last]
+    else:
+        node[last] = value
+    return data
+
+
+DELETE = object()
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        ("model", DELETE, "model: required field is missing"),
+        ("modle", "x", "modle = 'x': unknown field"),
+        ("triton.http_url", "127.0.0.1:8000", "triton.http_url = '127.0.0.1:8000': must be an http"),
+        ("triton.grpc_url", "http://127.0.0.1:8001",
+         "triton.grpc_url = 'http://127.0.0.1:8001': must be HOST:PORT"),
+        ("profiles.ladder", ["latency-soft"], "profiles.ladder = ['latency-soft']: must list two or more"),
+        ("profiles.ladder", ["latency-soft", "turbo"], "profiles.ladder[1] = 'turbo': no such profile"),
+        ("profiles.ladder", ["latency-soft", "latency-soft"],
+         "profiles.ladder[1] = 'latency-soft': is listed twice"),
+        ("profiles.initial", "turbo", "profiles.initial = 'turbo': must be one of the ladder"),
+        ("slo.p95_ms", 0, "slo.p95_ms = 0.0: must be > 0"),
+        ("slo.p95_ms", "fast", "slo.p95_ms = 'fast': must be a finite number"),
+        ("policy.confirmations", 0, "policy.confirmations = 0: must be >= 1"),
+        ("policy.headroom", 1.5, "policy.headroom = 1.5: must be a fraction in [0, 1]"),
+        ("policy.interval_s", 0, "policy.interval_s = 0.0: must be >= 0.05"),
+        ("policy.curve", "nope.yaml", "nope.yaml: file not found"),
+        ("signals.source", "statsd", "signals.source = 'statsd': must be one of"),
+        ("signals.source", "prometheus",
+         "signals.prometheus_url = None: is required when source is prometheus"),
+        ("actuator.kind", "ssh", "actuator.kind = 'ssh': must be one of"),
+        ("actuator.load_api", "rest", "actuator.load_api = 'rest': must be one of"),
+        ("actuator.mode", "file", "actuator.repository = None: is required when mode is file"),
+        ("actuator.backend", "be", "actuator.backend = 'be': unknown field for kind triton"),
+        ("server.listen", "9400", "server.listen = '9400': must be HOST:PORT"),
+        ("server.token_file", "missing.token", "server.token_file = "),
+    ],
+)
+def test_bad_values_are_one_line_naming_the_field(tmp_path, path, value, message):
+    with pytest.raises(ConfigError) as info:
+        sidecar_config_from_mapping(edit(path, value), "sidecar.yaml", base=tmp_path)
+    text = str(info.value)
+    assert message in text, text
+    assert "\n" not in text
+    assert text.startswith(("sidecar.yaml: ", str(tmp_path)))
+
+
+def test_autobatch_run_rejects_a_bad_config_before_starting_anything(tmp_path: Path):
+    bad = tmp_path / "sidecar.yaml"
+    data = edit("slo.p95_ms", -5)
+    data["server"]["listen"] = f"127.0.0.1:{free_port()}"
+    bad.write_text(yaml.safe_dump(data))
+    res = subprocess.run([sys.executable, "-m", "autobatch", "run", "--config", str(bad)],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    assert res.stderr == f"autobatch: error: {bad}: slo.p95_ms = -5.0: must be > 0\n"
