@@ -7,6 +7,8 @@ narrowed to ``replica="a"`` the same as the direct source.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import shutil
 import subprocess
 import tempfile
@@ -50,15 +52,18 @@ def _query(url: str, promql: str) -> list[dict[str, Any]]:
     return r.json()["data"]["result"] if r.status_code == 200 else []
 
 
-@pytest.fixture(scope="module")
-def prometheus(triton: Any) -> Iterator[str]:
-    """A real Prometheus on loopback scraping the session Triton every second, as two replicas."""
+@contextlib.contextmanager
+def running_prometheus(targets: dict[str, str]) -> Iterator[str]:
+    """A real Prometheus on loopback scraping ``{replica: host:port}`` every second."""
     binary = shutil.which("prometheus")
     if binary is None:
         pytest.fail("the prometheus binary is missing: run scripts/system-deps.sh "
                     "(Debian package 'prometheus', listed in scripts/apt-packages.txt)")
-    target = triton.urls.metrics.split("://", 1)[1].split("/", 1)[0]
     port = free_port()
+    static = "".join(
+        f"""      - targets: ["{target}"]\n        labels: {{replica: {replica}}}\n"""
+        for replica, target in targets.items()
+    )
     with tempfile.TemporaryDirectory(prefix="autobatch-prometheus-") as tmp:
         config = Path(tmp) / "prometheus.yml"
         config.write_text(
@@ -70,11 +75,7 @@ scrape_configs:
   - job_name: triton
     metrics_path: /metrics
     static_configs:
-      - targets: ["{target}"]
-        labels: {{replica: a}}
-      - targets: ["{target}"]
-        labels: {{replica: b}}
-""",
+{static}""",
             encoding="utf-8",
         )
         log = (Path(tmp) / "prometheus.log").open("wb")
@@ -85,8 +86,8 @@ scrape_configs:
         )
         url = f"http://127.0.0.1:{port}"
         try:
-            _wait(lambda: _query(url, 'count(up{job="triton"} == 1) == 2'),
-                  "both replicas to be scraped", proc=proc)
+            _wait(lambda: _query(url, f'count(up{{job="triton"}} == 1) == {len(targets)}'),
+                  "every replica to be scraped", proc=proc)
             yield url
         finally:
             proc.terminate()
@@ -96,6 +97,17 @@ scrape_configs:
                 proc.kill()
                 proc.wait(timeout=10)
             log.close()
+
+
+def _target(server: Any) -> str:
+    return server.urls.metrics.split("://", 1)[1].split("/", 1)[0]
+
+
+@pytest.fixture(scope="module")
+def prometheus(triton: Any) -> Iterator[str]:
+    """Prometheus scraping the session Triton as two replicas, ``a`` and ``b``."""
+    with running_prometheus({"a": _target(triton), "b": _target(triton)}) as url:
+        yield url
 
 
 async def test_promql_window_agrees_with_the_direct_one(triton: Any, prometheus: str) -> None:
@@ -150,3 +162,38 @@ async def test_promql_missing_series_and_bad_selector(prometheus: str) -> None:
         with pytest.raises(ConfigError) as info:
             await source.poll()
     assert str(info.value).startswith("selector = ")
+
+
+async def test_a_restart_inside_the_range_is_a_counter_reset() -> None:
+    """Triton restarted while Prometheus scrapes it: the fleet window says so, then recovers."""
+    from autobatch.serve import TritonServer
+
+    from .conftest import REPOSITORY
+
+    with TritonServer.on_free_ports(REPOSITORY, models=[M]) as server, \
+            running_prometheus({"a": _target(server)}) as prom:
+        success = f'nv_inference_request_success{{model="{M}"}}'
+
+        def scraped_above(n: float) -> bool:
+            return any(float(r["value"][1]) >= n for r in _query(prom, success))
+
+        with BackgroundLoad(server.urls.grpc, M, 50.0, max_s=4.0, drain_s=5.0) as load:
+            load.wait_for(100)
+        _wait(lambda: scraped_above(100), "Prometheus to see the first 100 requests")
+        server.restart()  # same ports: the same target, its counters back at 0
+        with BackgroundLoad(server.urls.grpc, M, 50.0, max_s=4.0, drain_s=5.0) as load:
+            load.wait_for(50)
+        # A scrape after the restart with fewer requests than before: the counter went down.
+        _wait(lambda: any(0 < float(r["value"][1]) < 100 for r in _query(prom, success)),
+              "Prometheus to scrape the restarted server")
+        async with PrometheusSource(prom, M, selector='job="triton"', range_s=60) as source:
+            w = await source.poll()
+        assert w.stale and w.stale_reason == "counter_reset", (w.stale_reason, w.stale_detail)
+        assert "restarted" in (w.stale_detail or "")
+        # Once the restart has left a short range, windows are no longer discarded.
+        async with PrometheusSource(prom, M, selector='job="triton"', range_s=5) as source:
+            deadline = time.monotonic() + 30
+            while (fresh := await source.poll()).stale_reason == "counter_reset":
+                assert time.monotonic() < deadline, "the reset never left a 5 s range"
+                await asyncio.sleep(0.5)
+        assert not fresh.stale, fresh.stale_detail
