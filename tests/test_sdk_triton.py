@@ -27,7 +27,9 @@ from autobatch.profiles import parse_pbtxt
 from autobatch.sdk import SyncTritonBatchClient, TritonBatchClient
 from autobatch.serve import EMULATOR_MODEL, TritonServer
 
-from .conftest import REPOSITORY
+from .conftest import REPOSITORY, ROOT
+
+DATA = ROOT / "tests" / "data"
 
 pytestmark = pytest.mark.triton
 
@@ -331,3 +333,44 @@ async def test_requests_of_different_widths_are_batched_apart(policy_triton):
     for x, out in zip(inputs, outs):
         np.testing.assert_array_equal(out["OUTPUT"], x)
     assert stats.batches == 2  # one per width
+
+
+# -- BYTES and optional inputs (tests/data/sdk_repository/text_length) ------------------------
+
+TEXT_MODEL = "text_length"
+
+
+@pytest.fixture(scope="module")
+def text_triton():
+    with TritonServer.on_free_ports(DATA / "sdk_repository", models=[TEXT_MODEL]) as server:
+        yield server
+
+
+def text(tag: int, n: int) -> np.ndarray:
+    """n strings of distinct byte lengths (UTF-8 included): caller ``tag``'s row j is tag*10+j bytes."""
+    return np.array([[("é" * (tag * 5 + j // 2) + "x" * (j % 2)).encode()] for j in range(n)],
+                    dtype=object)
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+async def test_bytes_and_optional_inputs_batch_by_kind_and_come_back_to_their_callers(
+    text_triton, protocol
+):
+    async with TritonBatchClient(url_for(text_triton, protocol), TEXT_MODEL, protocol=protocol,
+                                 max_delay_s=0.01, adaptive=False) as client:
+        calls = []
+        for tag in range(12):
+            inputs = {"TEXT": text(tag, 1 + tag % 3)}
+            if tag % 2:  # half the callers send the optional input
+                inputs["WEIGHT"] = np.full((1 + tag % 3, 1), float(tag), np.float32)
+            calls.append(inputs)
+        outs = await asyncio.gather(*(client.infer(x) for x in calls))
+        stats = client.statistics()
+        with pytest.raises(InvalidRequestError, match="'TEXT' has dtype float32; the model wants BYTES"):
+            await client.infer({"TEXT": np.zeros((1, 1), np.float32)})
+    for inputs, out in zip(calls, outs):
+        lengths = np.array([[len(row[0])] for row in inputs["TEXT"]], np.float32)
+        expected = lengths * inputs["WEIGHT"] if "WEIGHT" in inputs else lengths
+        np.testing.assert_array_equal(out["LENGTH"], expected)
+    # Requests with and without the optional input cannot share a Triton request: two batches.
+    assert stats.batches == 2 and stats.succeeded == 12
