@@ -324,7 +324,8 @@ def main() -> None:
     ap.add_argument("--guard-p95-ms", type=float, default=500.0, help="the guard's latency limit")
     ap.add_argument("--settle-s", type=float, default=3.0, help="pause around each change")
     ap.add_argument("--grpc-load-api", action="store_true",
-                    help="also swap by a load sent over gRPC (not the reload actuator, which uses HTTP)")
+                    help="also swap with the load request sent over gRPC, as the sidecar does by default "
+                         "(actuator.load_api: grpc); the plain reload way sends it over HTTP")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     args = ap.parse_args()
     console = Console(stderr=args.json, width=140)
