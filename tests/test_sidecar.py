@@ -10,7 +10,11 @@ two-core machine.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +22,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from autobatch.cli import app
@@ -31,6 +36,7 @@ from autobatch.schedule import Phase, Schedule
 from autobatch.serve import EMULATOR_MODEL, TritonServer, free_port
 
 from .conftest import PROFILES, REPOSITORY
+from .helpers import BackgroundLoad
 
 # latency-soft ([2, 4]) carries 4/20 ms = 200/s; aggressive ([8, 16, 32]) 32/48 ms = 667/s.
 CURVE = BatchCurve({1: 10.0, 2: 18.0, 4: 20.0, 8: 24.0, 16: 32.0, 32: 48.0}, name="dense-like")
@@ -227,6 +233,67 @@ def test_metrics_endpoint_down_holds_without_crashing(tmp_path, server):
         assert json.loads(result.output)["active_profile"] == "latency-soft"
         table = CliRunner().invoke(app, ["status", "--url", running.url])
         assert table.exit_code == 0 and "latency-soft" in table.output and "signals=" in table.output
+
+
+def stats_exec_count(server: TritonServer) -> int:
+    stats = httpx.get(f"{server.urls.http}/v2/models/{EMULATOR_MODEL}/stats", timeout=30).json()
+    return int(stats["model_stats"][0]["execution_count"])
+
+
+def test_dry_run_decides_and_logs_but_never_touches_triton(tmp_path, server):
+    """`autobatch run --dry-run`, the real CLI, under an overload that makes it want aggressive."""
+    cfg_file = tmp_path / "sidecar.yaml"
+    port = free_port()
+    curve = tmp_path / "curve.yaml"
+    curve.write_text(CURVE.to_yaml())
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    cfg_file.write_text(yaml.safe_dump({
+        "model": EMULATOR_MODEL,
+        "triton": {"http_url": server.urls.http, "metrics_url": server.urls.metrics,
+                   "grpc_url": server.urls.grpc},
+        "profiles": {"dir": str(PROFILES / EMULATOR_MODEL), "ladder": ["latency-soft", "aggressive"]},
+        "slo": {"p95_ms": 150},
+        "policy": {"interval_s": 1, "confirmations": 2, "min_dwell_s": 6, "curve": str(curve)},
+        "server": {"listen": f"127.0.0.1:{port}", "token_file": str(token)},
+        "decision_log": str(tmp_path / "decisions.jsonl"),
+    }))
+    preferred = live_preferred(server)
+    executions = stats_exec_count(server)  # a reload would restart this count at 0
+    url = f"http://127.0.0.1:{port}"
+    cmd = [sys.executable, "-m", "autobatch", "run", "--config", str(cfg_file), "--dry-run"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "the dry-run sidecar did not come up"
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url + "/status", timeout=2).json().get("active_profile"):
+                    break
+            time.sleep(0.2)
+        # 300/s is more than latency-soft's batches of 4 carry (200/s): saturation.
+        with BackgroundLoad(server.urls.grpc, EMULATOR_MODEL, 300, max_s=40, drain_s=20) as load:
+            deadline = time.monotonic() + 40
+            while httpx.get(url + "/status", timeout=5).json()["active_profile"] != "aggressive":
+                assert time.monotonic() < deadline, "the dry run never wanted aggressive"
+                time.sleep(0.2)
+            # Triton still serves latency-soft, and has not reloaded the model.
+            assert live_preferred(server) == preferred
+            assert stats_exec_count(server) > executions
+        assert not [d for d in load.done if d[2] != "ok"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert live_preferred(server) == preferred
+    assert stats_exec_count(server) > executions
+    log = read_decision_log(tmp_path / "decisions.jsonl")
+    dry = [ln for ln in log if ln["decision"]["action"] == "switch" and ln["actuation"]]
+    assert dry and dry[-1]["decision"]["target"] == "aggressive"
+    assert dry[-1]["decision"]["reason"] == "saturation"
+    assert all(ln["actuation"]["reason"] == "dry_run" for ln in dry)
+    assert "would" in err and "dynamic_batching.preferred_batch_size" in err
 
 
 def test_load_oscillating_at_the_threshold_switches_at_most_once_per_dwell(tmp_path, server):
