@@ -38,6 +38,19 @@ def test_the_example_config_loads_as_documented():
     assert (cfg.server.host, cfg.server.port) == ("127.0.0.1", 9400)
 
 
+@pytest.mark.parametrize(
+    ("given", "taken"),
+    [
+        ("127.0.0.1:8000", "http://127.0.0.1:8000"),  # as tritonclient takes it
+        ("http://triton:8000/", "http://triton:8000"),
+        ("https://triton.example/v2", "https://triton.example/v2"),
+    ],
+)
+def test_urls_take_host_port_like_tritonclient(tmp_path, given, taken):
+    cfg = sidecar_config_from_mapping(edit("triton.http_url", given), "sidecar.yaml", base=tmp_path)
+    assert cfg.triton.http_url == taken
+
+
 def edit(path: str, value: Any) -> dict[str, Any]:
     data = copy.deepcopy(example())
     *parents, last = path.split(".")
@@ -59,7 +72,10 @@ DELETE = object()
     [
         ("model", DELETE, "model: required field is missing"),
         ("modle", "x", "modle = 'x': unknown field"),
-        ("triton.http_url", "127.0.0.1:8000", "triton.http_url = '127.0.0.1:8000': must be an http"),
+        ("triton.http_url", "grpc://127.0.0.1:8001",
+         "triton.http_url = 'grpc://127.0.0.1:8001': must be an http"),
+        ("triton.metrics_url", "http://", "triton.metrics_url = 'http://': must be an http"),
+        ("triton.http_url", "127.0.0.1:port", "triton.http_url = '127.0.0.1:port': must be an http"),
         ("triton.grpc_url", "http://127.0.0.1:8001",
          "triton.grpc_url = 'http://127.0.0.1:8001': must be HOST:PORT"),
         ("profiles.ladder", ["latency-soft"], "profiles.ladder = ['latency-soft']: must list two or more"),

@@ -18,6 +18,7 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -162,6 +163,21 @@ class Section:
         if choices and v not in choices:
             raise self.fail(key, v, f"must be one of {', '.join(choices)}")
         return v
+
+    def url(self, key: str, default: Any = MISSING) -> Any:
+        """An HTTP(S) URL; ``host:port`` as tritonclient takes it means ``http://host:port``."""
+        v = self.str(key, default)
+        if v is None:
+            return None
+        u = v if "://" in v else "http://" + v
+        try:
+            parsed = urlsplit(u)
+            parsed.port  # noqa: B018 - raises on a port that is not a number
+        except ValueError:
+            parsed = None
+        if parsed is None or parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise self.fail(key, v, "must be an http:// or https:// URL, or HOST:PORT")
+        return u.rstrip("/")
 
     def bool(self, key: str, default: Any = MISSING) -> Any:
         v = self.raw(key, default)

@@ -121,13 +121,6 @@ def _path(base: Path, value: str | None) -> Path | None:
     return p if p.is_absolute() else (base / p)
 
 
-def _url(sec: Section, key: str, default: Any = None) -> Any:
-    v = sec.str(key, default)
-    if v is not None and not (v.startswith("http://") or v.startswith("https://")):
-        raise sec.fail(key, v, "must be an http:// or https:// URL")
-    return v.rstrip("/") if v else v
-
-
 def load_sidecar_config(path: str | Path) -> SidecarConfig:
     p = Path(path)
     return sidecar_config_from_mapping(load_yaml(p), str(p), base=p.resolve().parent)
@@ -139,8 +132,8 @@ def sidecar_config_from_mapping(data: Any, source: str, base: Path) -> SidecarCo
 
     tsec = top.section("triton", {})
     triton = TritonEndpoints(
-        http_url=_url(tsec, "http_url", "http://127.0.0.1:8000"),
-        metrics_url=_url(tsec, "metrics_url", "http://127.0.0.1:8002/metrics"),
+        http_url=tsec.url("http_url", "http://127.0.0.1:8000"),
+        metrics_url=tsec.url("metrics_url", "http://127.0.0.1:8002/metrics"),
         grpc_url=tsec.str("grpc_url", "127.0.0.1:8001"),
     )
     host, _, port = triton.grpc_url.rpartition(":")
@@ -217,11 +210,11 @@ def sidecar_config_from_mapping(data: Any, source: str, base: Path) -> SidecarCo
         raise sig.fail("selector", selector, "must map label names to string values")
     signals = SignalSettings(
         source=sig.str("source", "triton", choices=("triton", "prometheus")),
-        prometheus_url=_url(sig, "prometheus_url", None),
+        prometheus_url=sig.url("prometheus_url", None),
         selector=dict(selector),
         range_s=sig.float("range_s", None, min=0.0, min_exclusive=True),
         utilization=sig.str("utilization", "auto", choices=("auto", "triton", "dcgm", "none")),
-        dcgm_url=_url(sig, "dcgm_url", None),
+        dcgm_url=sig.url("dcgm_url", None),
         timeout_s=sig.float("timeout_s", 2.0, min=0.0, min_exclusive=True),
     )
     if signals.source == "prometheus" and not signals.prometheus_url:

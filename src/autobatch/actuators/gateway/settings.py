@@ -129,13 +129,6 @@ class GatewaySettings:
         raise KeyError(profile)
 
 
-def _url(sec: Section, key: str, default: str) -> str:
-    v = sec.str(key, default)
-    if not (v.startswith("http://") or v.startswith("https://")):
-        raise sec.fail(key, v, "must be an http:// or https:// URL")
-    return v.rstrip("/")
-
-
 def parse_gateway_options(
     options: Mapping[str, Any],
     *,
@@ -241,8 +234,8 @@ def parse_gateway_options(
                 profile=name,
                 target=target,
                 model=v.str("model", model),
-                http_url=_url(v, "http_url", http_url),
-                metrics_url=_url(v, "metrics_url", metrics_url),
+                http_url=v.url("http_url", http_url),
+                metrics_url=v.url("metrics_url", metrics_url),
                 selector=dict(selector),
             )
         )
