@@ -70,14 +70,18 @@ class CurveMeasurement:
         return (max(s) - min(s)) / statistics.median(s)
 
 
-def model_config(client: httpx.Client, model: str) -> dict[str, Any]:
+def _get_json(client: httpx.Client, path: str, what: str) -> Any:
     try:
-        r = client.get(f"/v2/models/{model}/config")
+        r = client.get(path)
     except httpx.HTTPError as exc:
         raise TritonError(f"cannot reach Triton at {client.base_url}: {exc}") from exc
     if r.status_code != 200:
-        raise TritonError(f"model {model!r} on {client.base_url}: {_error_text(r)}")
+        raise TritonError(f"{what} on {client.base_url}: {_error_text(r)}")
     return r.json()
+
+
+def model_config(client: httpx.Client, model: str) -> dict[str, Any]:
+    return _get_json(client, f"/v2/models/{model}/config", f"model {model!r}")
 
 
 def synth_inputs(config: dict[str, Any], batch_size: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -105,14 +109,10 @@ def _error_text(r: httpx.Response) -> str:
 
 
 def _batch_counts(client: httpx.Client, model: str) -> dict[int, tuple[int, int]]:
-    r = client.get(f"/v2/models/{model}/stats")
-    if r.status_code != 200:
-        raise TritonError(f"stats of {model!r}: {_error_text(r)}")
     rows = {}
-    for entry in r.json().get("model_stats", []):
-        for row in entry.get("batch_stats", []):
-            infer = row["compute_infer"]
-            rows[int(row["batch_size"])] = (int(infer["count"]), int(infer["ns"]))
+    for row in model_stats(client, model).get("batch_stats") or []:
+        infer = row["compute_infer"]
+        rows[int(row["batch_size"])] = (int(infer["count"]), int(infer["ns"]))
     return rows
 
 
@@ -234,13 +234,7 @@ def write_curve(curve: BatchCurve, path: str | Path) -> Path:
 
 def model_stats(client: httpx.Client, model: str) -> dict[str, Any]:
     """One model's entry of ``GET /v2/models/M/stats`` (all versions' first entry)."""
-    try:
-        r = client.get(f"/v2/models/{model}/stats")
-    except httpx.HTTPError as exc:
-        raise TritonError(f"cannot reach Triton at {client.base_url}: {exc}") from exc
-    if r.status_code != 200:
-        raise TritonError(f"stats of {model!r} on {client.base_url}: {_error_text(r)}")
-    entries = r.json().get("model_stats") or []
+    entries = _get_json(client, f"/v2/models/{model}/stats", f"stats of {model!r}").get("model_stats") or []
     if not entries:
         raise TritonError(f"stats of {model!r} on {client.base_url}: no model_stats in the answer")
     return dict(entries[0])
