@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,9 +12,11 @@ from typing import Any
 import pytest
 import yaml
 
+from autobatch.config import http_url
 from autobatch.controller.config import load_sidecar_config, sidecar_config_from_mapping
 from autobatch.errors import ConfigError
 from autobatch.serve import free_port
+from autobatch.signals.triton import normalize_url
 
 from .conftest import PROFILES, ROOT
 
@@ -49,6 +52,28 @@ def test_the_example_config_loads_as_documented():
 def test_urls_take_host_port_like_tritonclient(tmp_path, given, taken):
     cfg = sidecar_config_from_mapping(edit("triton.http_url", given), "sidecar.yaml", base=tmp_path)
     assert cfg.triton.http_url == taken
+
+
+@pytest.mark.parametrize(
+    ("given", "taken"),
+    [
+        ("127.0.0.1:8000", "http://127.0.0.1:8000"),
+        (" http://triton:8002/metrics/ ", "http://triton:8002/metrics"),
+        ("https://triton.example", "https://triton.example"),
+        ("grpc://127.0.0.1:8001", None),
+        ("http://", None),
+        ("127.0.0.1:port", None),
+        ("", None),
+        (8000, None),
+    ],
+)
+def test_one_url_rule_for_config_files_and_command_lines(given, taken):
+    assert http_url(given) == taken
+    if taken is None:  # the flags' check (autobatch watch/status) says the same as the files'
+        with pytest.raises(ConfigError, match=f"^--url = {re.escape(repr(given))}: must be an http"):
+            normalize_url(given, "--url")
+    else:
+        assert normalize_url(given, "--url") == taken
 
 
 def edit(path: str, value: Any) -> dict[str, Any]:

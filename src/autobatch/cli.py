@@ -32,7 +32,7 @@ app = typer.Typer(
 def _console(stream: Any) -> Console:
     """A console for ``stream``; piped into a file or a CI log, tables get 120 columns, not 80."""
     wide = not stream.isatty() and "COLUMNS" not in os.environ
-    return Console(file=None, stderr=stream is sys.stderr, width=120 if wide else None)
+    return Console(stderr=stream is sys.stderr, width=120 if wide else None)
 
 
 out = _console(sys.stdout)

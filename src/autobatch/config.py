@@ -24,7 +24,30 @@ import yaml
 
 from autobatch.errors import ConfigError
 
-__all__ = ["MISSING", "Section", "load_yaml"]
+__all__ = ["MISSING", "URL_RULE", "Section", "http_url", "load_yaml"]
+
+
+URL_RULE = "must be an http:// or https:// URL, or HOST:PORT (e.g. 127.0.0.1:8000)"
+
+
+def http_url(value: Any) -> str | None:
+    """``value`` as an http(s) URL without a trailing slash, or None if it is not one.
+
+    ``host:port``, as tritonclient takes it, means ``http://host:port``.
+    """
+    if not isinstance(value, str) or not value.strip():
+        return None
+    u = value.strip()
+    if "://" not in u:
+        u = "http://" + u
+    try:
+        parts = urlsplit(u)
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    return u.rstrip("/")
 
 
 class _Missing:
@@ -165,19 +188,14 @@ class Section:
         return v
 
     def url(self, key: str, default: Any = MISSING) -> Any:
-        """An HTTP(S) URL; ``host:port`` as tritonclient takes it means ``http://host:port``."""
+        """An HTTP(S) URL, as :func:`http_url` reads it."""
         v = self.str(key, default)
         if v is None:
             return None
-        u = v if "://" in v else "http://" + v
-        try:
-            parsed = urlsplit(u)
-            parsed.port  # noqa: B018 - raises on a port that is not a number
-        except ValueError:
-            parsed = None
-        if parsed is None or parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise self.fail(key, v, "must be an http:// or https:// URL, or HOST:PORT")
-        return u.rstrip("/")
+        u = http_url(v)
+        if u is None:
+            raise self.fail(key, v, URL_RULE)
+        return u
 
     def bool(self, key: str, default: Any = MISSING) -> Any:
         v = self.raw(key, default)

@@ -35,6 +35,7 @@ from typing import Any
 
 import httpx
 
+from autobatch.config import URL_RULE, http_url
 from autobatch.errors import ConfigError, ScrapeError
 from autobatch.plan.curve import curve_from_batch_stats
 from autobatch.signals.parse import (
@@ -248,23 +249,10 @@ def _difference(before: TritonSample, after: TritonSample) -> Window:
 
 def normalize_url(url: str, field: str) -> str:
     """``host:port`` or ``http(s)://host:port[/path]``, without a trailing slash."""
-    if not isinstance(url, str) or not url.strip():
-        raise ConfigError(f"{field} = {url!r}: must be a URL such as http://127.0.0.1:8000",
-                          field=field, value=url)
-    u = url.strip()
-    if "://" not in u:
-        u = "http://" + u
-    try:
-        parsed = httpx.URL(u)
-    except (httpx.InvalidURL, ValueError) as exc:
-        raise ConfigError(f"{field} = {url!r}: not a URL ({exc})", field=field, value=url) from exc
-    if parsed.scheme not in ("http", "https") or not parsed.host:
-        raise ConfigError(
-            f"{field} = {url!r}: must be an http:// or https:// URL with a host",
-            field=field,
-            value=url,
-        )
-    return u.rstrip("/")
+    u = http_url(url)
+    if u is None:
+        raise ConfigError(f"{field} = {url!r}: {URL_RULE}", field=field, value=url)
+    return u
 
 
 def _default_metrics_url(http_url: str) -> str:
