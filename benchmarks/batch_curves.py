@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/batch_curves.py [--repeats 15] [--json]
 
 Starts the embedded Triton on free ports, measures each model with
-autobatch.measure (one request per run, compute time read from
+autobatch.lab.measure (one request per run, compute time read from
 /v2/models/M/stats batch_stats, median of the repeats), and prints the
 per-item time at each batch size relative to batch 1. It also loads the
 emulated accelerator with ../shared/curves/laptop-512x288-fp16.yaml and shows
@@ -19,9 +19,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from autobatch.measure import measure_curve
-from autobatch.plan.curve import load_curve
-from autobatch.serve import EMULATOR_MODEL, TritonServer
+from autobatch.curve import load_curve
+from autobatch.lab.measure import measure_curve
+from autobatch.lab.serve import EMULATOR_MODEL, TritonServer
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = [1, 2, 4, 8, 16, 32]

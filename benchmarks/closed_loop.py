@@ -24,11 +24,12 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from autobatch.closed_loop import ClosedLoopResult, apply_static, latencies_during, run_closed_loop
-from autobatch.demo import demo_sidecar_config, summary_table
+from autobatch.cli.views import summary_table
+from autobatch.lab.closed_loop import ClosedLoopResult, apply_static, latencies_during, run_closed_loop
+from autobatch.lab.demo import demo_sidecar_config
+from autobatch.lab.serve import TritonServer
 from autobatch.profiles import load_profile
 from autobatch.schedule import load_schedule
-from autobatch.serve import TritonServer
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "dense_mlp"

@@ -23,9 +23,9 @@ from pathlib import Path
 import httpx
 import yaml
 
+from autobatch.lab.serve import TritonServer, free_port
 from autobatch.load import run_load
 from autobatch.schedule import Schedule
-from autobatch.serve import TritonServer, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 TICK = os.sysconf("SC_CLK_TCK")

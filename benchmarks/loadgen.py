@@ -29,10 +29,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from autobatch.curve import BatchCurve
+from autobatch.lab.process import group_members
+from autobatch.lab.serve import EMULATOR_MODEL, TritonServer
 from autobatch.load import run_load
-from autobatch.plan.curve import BatchCurve
 from autobatch.schedule import Schedule
-from autobatch.serve import EMULATOR_MODEL, TritonServer, group_members
 
 CHEAP_CURVE = BatchCurve({1: 0.05, 32: 0.2}, name="cheap")
 DEFAULT_RATES = (250, 500, 750, 1000, 1250, 1500, 1750, 2000, 2500, 3000, 4000)

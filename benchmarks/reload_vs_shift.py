@@ -12,7 +12,7 @@ reload, its load request sent over Triton's gRPC endpoint instead of HTTP.
 
 * ``--protocol http`` (default): one Triton holds ``dense_mlp``,
   ``dense_mlp__latency`` and ``dense_mlp__throughput``; HAProxy rewrites the path
-  per copy (the HTTP setup of ``autobatch.actuators.gateway.launch``);
+  per copy (the HTTP setup of ``autobatch.lab.haproxy``);
 * ``--protocol grpc``: three Triton servers each serve ``dense_mlp``; HAProxy
   speaks HTTP/2 to them (the gRPC setup).
 
@@ -54,14 +54,14 @@ from autobatch.actuators.gateway import (
     HAProxyWeights,
     Variant,
 )
-from autobatch.actuators.gateway.launch import HAProxyProcess, grpc_config, http_rewrite_config, write_variant
-from autobatch.actuators.gateway.signals import TritonStepSignals
 from autobatch.actuators.triton import TritonReloadActuator
+from autobatch.lab.haproxy import HAProxyProcess, grpc_config, http_rewrite_config, write_variant
+from autobatch.lab.serve import TritonServer, free_port
 from autobatch.load import run_load
 from autobatch.profiles import load_profiles
 from autobatch.schedule import Schedule
-from autobatch.serve import TritonServer, free_port
 from autobatch.signals.triton import TritonSource
+from autobatch.signals.variants import TritonStepSignals
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "dense_mlp"

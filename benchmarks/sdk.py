@@ -4,7 +4,7 @@
 
 Starts the embedded Triton on free ports with one model and measures:
 
-* the model's batch curve (``autobatch.measure.measure_curve``, Triton's own
+* the model's batch curve (``autobatch.lab.measure.measure_curve``, Triton's own
   compute times, before and after the runs, the faster of the two) and its
   curve limit, max over b of b / latency(b): the most rows per second this
   model can do on this device, whoever batches;
@@ -44,10 +44,10 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from autobatch.measure import measure_curve
+from autobatch.lab.measure import measure_curve
+from autobatch.lab.serve import TritonServer
 from autobatch.profiles import parse_pbtxt
 from autobatch.sdk import TritonBatchClient
-from autobatch.serve import TritonServer
 
 ROOT = Path(__file__).resolve().parents[1]
 REPOSITORY = ROOT / "model_repository"

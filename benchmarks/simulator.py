@@ -13,7 +13,7 @@ twice and compare ratios, not absolute seconds.
 
 Fidelity (``--fidelity``): the emulated accelerator in the embedded Triton,
 loaded with the same curve and profile, under Poisson load at three rates,
-against the simulator fed the same sends (``autobatch.measure.simulator_fidelity``,
+against the simulator fed the same sends (``autobatch.lab.measure.simulator_fidelity``,
 which the CI test also uses).
 """
 
@@ -28,7 +28,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from autobatch.plan.curve import BatchCurve, load_curve
+from autobatch.curve import BatchCurve, load_curve
 from autobatch.plan.sessions import simulate_sessions
 from autobatch.plan.simulator import ServiceModel, Workload, simulate
 from autobatch.profiles import Profile, load_profile
@@ -88,9 +88,9 @@ def speed(requests: int) -> list[dict[str, Any]]:
 def fidelity() -> dict[str, Any]:
     import httpx
 
-    from autobatch.measure import simulator_fidelity
+    from autobatch.lab.measure import simulator_fidelity
+    from autobatch.lab.serve import EMULATOR_MODEL, TritonServer
     from autobatch.profiles import parse_pbtxt
-    from autobatch.serve import EMULATOR_MODEL, TritonServer
 
     profile = load_profile(ROOT / "profiles" / EMULATOR_MODEL / "aggressive.yaml")
     with TritonServer.on_free_ports(ROOT / "model_repository", models=[EMULATOR_MODEL]) as server:

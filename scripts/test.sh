@@ -7,5 +7,5 @@ scripts/system-deps.sh
 scripts/setup.sh
 scripts/check-core-install.sh
 .venv/bin/ruff check src tests benchmarks
-.venv/bin/lint-imports   # the layers of DESIGN.md, as contracts in pyproject.toml
+.venv/bin/lint-imports   # the layers of docs/architecture.md, as contracts in pyproject.toml
 exec .venv/bin/pytest -q -p no:cacheprovider "$@"

@@ -16,7 +16,7 @@ PROFILES = ROOT / "profiles"
 @pytest.fixture(scope="session")
 def triton() -> Iterator[object]:
     """The embedded Triton with every model of model_repository/ loaded."""
-    from autobatch.serve import TritonServer
+    from autobatch.lab.serve import TritonServer
 
     with TritonServer.on_free_ports(REPOSITORY) as server:
         yield server

@@ -44,7 +44,7 @@ def repo(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(repo) -> Iterator[Any]:
-    from autobatch.serve import TritonServer
+    from autobatch.lab.serve import TritonServer
 
     with TritonServer.on_free_ports(repo, models=[MODEL]) as srv:
         yield srv

@@ -15,7 +15,7 @@ import yaml
 from autobatch.config import http_url
 from autobatch.controller.config import load_sidecar_config, sidecar_config_from_mapping
 from autobatch.errors import ConfigError
-from autobatch.serve import free_port
+from autobatch.lab.serve import free_port
 from autobatch.signals.triton import normalize_url
 
 from .conftest import PROFILES, ROOT

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from autobatch.curve import BatchCurve, PointKind, load_curve
 from autobatch.errors import ConfigError
-from autobatch.plan.curve import BatchCurve, PointKind, curve_from_batch_stats, load_curve
+from autobatch.signals.parse import curve_from_batch_stats
 
 FP16 = {1: 9.82, 2: 20.36, 3: 32.71, 4: 46.15, 8: 103.77, 16: 221.25}
 

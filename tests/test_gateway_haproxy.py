@@ -1,6 +1,6 @@
 """Gateway weight shifting against a real HAProxy 2.6 and real Triton servers.
 
-Setups (``autobatch.actuators.gateway.launch``):
+Setups (``autobatch.lab.haproxy``):
 
 * HTTP to one Triton holding the variants ``emulated_accelerator__latency``,
   ``__throughput`` and a deliberately slow ``__slow``, the path rewritten per
@@ -43,24 +43,24 @@ from autobatch.actuators.gateway import (
     HAProxyRuntime,
     HAProxyWeights,
     Variant,
-    launch,
     shares,
 )
-from autobatch.actuators.gateway.launch import (
+from autobatch.controller.config import load_sidecar_config, sidecar_config_from_mapping
+from autobatch.controller.loop import read_decision_log
+from autobatch.curve import BatchCurve
+from autobatch.lab import haproxy as launch
+from autobatch.lab.haproxy import (
     HAProxyProcess,
     check_config,
     grpc_config,
     http_rewrite_config,
 )
-from autobatch.actuators.gateway.signals import TritonStepSignals
-from autobatch.controller.config import load_sidecar_config, sidecar_config_from_mapping
-from autobatch.controller.loop import read_decision_log
+from autobatch.lab.serve import EMULATOR_MODEL, TritonServer, free_port
 from autobatch.load import run_load
-from autobatch.plan.curve import BatchCurve
 from autobatch.profiles import load_profiles
 from autobatch.schedule import Phase, Schedule
-from autobatch.serve import EMULATOR_MODEL, TritonServer, free_port
 from autobatch.signals.triton import TritonSource
+from autobatch.signals.variants import TritonStepSignals
 
 from .conftest import PROFILES, REPOSITORY, ROOT
 from .helpers import BackgroundLoad

@@ -457,12 +457,13 @@ async def test_apply_auto_uses_the_api_server_in_a_pod_and_prints_outside(cluste
     def factory(url, ca, timeout_s):
         return httpx.AsyncClient(base_url=url, transport=httpx.MockTransport(server.handler))
 
-    inside = build_gateway_actuator(
-        k8s_config(tmp_path), env=env, service_account_dir=sa, client_factory=factory
-    )
+    def build(cfg, **kwargs):
+        return build_gateway_actuator(cfg.actuator.gateway, cfg.profiles, source=cfg.source, **kwargs)
+
+    inside = build(k8s_config(tmp_path), env=env, service_account_dir=sa, client_factory=factory)
     lines: list[str] = []
-    outside = build_gateway_actuator(k8s_config(tmp_path, namespace="serving"), env={},
-                                     service_account_dir=sa, out=lines.append)
+    outside = build(k8s_config(tmp_path, namespace="serving"), env={}, service_account_dir=sa,
+                    out=lines.append)
     try:
         assert inside.backend.changes_traffic and inside.backend.ref.namespace == "serving"  # the pod's
         assert (await inside.apply(ladder()[1])).reason == "applied"
@@ -472,4 +473,4 @@ async def test_apply_auto_uses_the_api_server_in_a_pod_and_prints_outside(cluste
         await inside.aclose()
         await outside.aclose()
     with pytest.raises(ConfigError, match="actuator.apply = 'api': not running in a Kubernetes pod"):
-        build_gateway_actuator(k8s_config(tmp_path, apply="api"), env={}, service_account_dir=sa)
+        build(k8s_config(tmp_path, apply="api"), env={}, service_account_dir=sa)

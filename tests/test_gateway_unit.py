@@ -22,7 +22,6 @@ from autobatch.actuators.gateway import (
     HAProxyRuntime,
     HAProxyWeights,
     Variant,
-    combine_windows,
     holder,
     judge,
     parse_servers_state,
@@ -33,6 +32,7 @@ from autobatch.actuators.gateway import (
 from autobatch.controller.config import sidecar_config_from_mapping
 from autobatch.errors import ConfigError, ScrapeError
 from autobatch.profiles import load_profiles
+from autobatch.signals.variants import VariantsSource, combine_windows
 from autobatch.signals.window import Window
 
 from .conftest import PROFILES
@@ -56,8 +56,8 @@ def test_public_names_are_pinned():
         [
             "DEFAULT_STEPS", "GatewayActuator", "GatewayFailure", "GatewaySettings", "Guard",
             "GuardSettings", "HAProxyRuntime", "HAProxyWeights", "ServerState", "StepRecord",
-            "Variant", "VariantsSource", "Verdict", "WeightsBackend", "build_gateway_actuator",
-            "build_gateway_source", "combine_windows", "holder", "judge", "parse_gateway_options",
+            "Variant", "Verdict", "WeightsBackend", "build_gateway_actuator",
+            "holder", "judge", "parse_gateway_options",
             "parse_servers_state", "parse_stat_failures", "percents", "plan_shift", "shares",
         ]
     )
@@ -321,7 +321,7 @@ async def test_variants_source_waits_for_every_baseline_and_names_a_failing_vari
         async def aclose(self):
             return None
 
-    source = gw.VariantsSource(
+    source = VariantsSource(
         {"a": Src([None, win(), ScrapeError("refused", url="http://x")]), "b": Src([None, win(), win()])}, "m"
     )
     assert await source.poll() is None
@@ -598,7 +598,7 @@ async def test_the_sidecar_builds_the_gateway_actuator_and_the_combined_source(t
         assert act.name == "gateway" and isinstance(act, GatewayActuator)
         assert isinstance(act.backend, HAProxyWeights) and act.backend.backend == "be_variants"
         assert set(act.guard.signals) == {"latency-soft", "aggressive"}
-        assert isinstance(source, gw.VariantsSource)
+        assert isinstance(source, VariantsSource)
         assert {n: s.model for n, s in source.sources.items()} == {
             "latency-soft": f"{MODEL}__latency", "aggressive": f"{MODEL}__throughput"
         }
@@ -611,14 +611,15 @@ async def test_the_sidecar_builds_the_gateway_actuator_and_the_combined_source(t
 
 
 async def test_with_prometheus_each_variant_is_its_pool_selector():
-    from autobatch.actuators.gateway.signals import PrometheusStepSignals
+    from autobatch.controller.app import build_source
     from autobatch.controller.config import load_sidecar_config
     from autobatch.signals.prometheus import PrometheusSource
+    from autobatch.signals.variants import PrometheusStepSignals
 
     from .conftest import ROOT
 
     cfg = load_sidecar_config(ROOT / "examples" / "k8s" / "sidecar-httproute.yaml")
-    source = gw.build_gateway_source(cfg, clock=lambda: 0.0)
+    source = build_source(cfg, clock=lambda: 0.0)
     try:
         assert all(isinstance(s, PrometheusSource) for s in source.sources.values())
         assert {n: s.promql.selector for n, s in source.sources.items()} == {

@@ -21,6 +21,7 @@ import pytest
 
 from autobatch import cli
 from autobatch.errors import ConfigError, LoadError
+from autobatch.lab.serve import free_port
 from autobatch.load import (
     BehindLimits,
     LoadReport,
@@ -32,7 +33,6 @@ from autobatch.load.report import summarize
 from autobatch.load.runner import drive
 from autobatch.load.transport import classify_error, synthesize_inputs
 from autobatch.schedule import Phase, Schedule, arrivals
-from autobatch.serve import free_port
 
 MODEL = "dense_mlp"
 RECORD_FIELDS = {"index", "phase", "scheduled_s", "sent_s", "latency_ms", "outcome", "error"}
@@ -151,7 +151,7 @@ def test_unknown_model_over_http_is_a_config_error(triton: Any) -> None:
 
 
 def test_batch_size_above_the_models_max_is_a_config_error(triton: Any) -> None:
-    with pytest.raises(ConfigError, match=r"--batch-size = 64: must be <= the max_batch_size"):
+    with pytest.raises(ConfigError, match=r"batch_size = 64: must be <= the max_batch_size"):
         run_load(triton.urls.grpc, MODEL, Schedule.constant(1, 1), batch_size=64)
 
 
@@ -171,15 +171,15 @@ def test_unreachable_server_is_a_one_line_load_error(protocol: str) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--rate", "10", "--duration", "1", "--schedule", "s.yaml"], "either --rate"),
-        ([], "either --rate (with --duration) or --schedule FILE"),
-        (["--rate", "-5", "--duration", "1"], "--rate = -5: must be >= 0"),
-        (["--rate", "5"], "--rate needs --duration"),
-        (["--rate", "5", "--duration", "0"], "--duration = 0: must be > 0"),
+        (["--rate", "10", "--duration", "1", "--schedule", "s.yaml"], "either a rate"),
+        ([], "either a rate (with a duration) or a schedule file"),
+        (["--rate", "-5", "--duration", "1"], "rate = -5: must be >= 0"),
+        (["--rate", "5"], "a rate needs a duration"),
+        (["--rate", "5", "--duration", "0"], "duration = 0: must be > 0"),
         (["--schedule", "missing.yaml"], "missing.yaml: file not found"),
-        (["--rate", "5", "--duration", "1", "--protocol", "udp"], "--protocol = 'udp'"),
-        (["--rate", "5", "--duration", "1", "--timeout-ms", "0"], "--timeout-ms = 0: must be > 0"),
-        (["--rate", "5", "--duration", "1", "--out", "/nonexistent/dir/r.jsonl"], "--out = "),
+        (["--rate", "5", "--duration", "1", "--protocol", "udp"], "protocol = 'udp'"),
+        (["--rate", "5", "--duration", "1", "--timeout-ms", "0"], "timeout_ms = 0: must be a number > 0"),
+        (["--rate", "5", "--duration", "1", "--out", "/nonexistent/dir/r.jsonl"], "out = "),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(
@@ -218,9 +218,9 @@ def test_help_shows_an_example(capsys: Any, monkeypatch: pytest.MonkeyPatch) -> 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"protocol": "udp"}, "--protocol = 'udp'"),
-        ({"batch_size": 0}, "--batch-size = 0: must be an integer >= 1"),
-        ({"timeout_s": 0}, "--timeout-ms = 0: must be a number > 0"),
+        ({"protocol": "udp"}, "protocol = 'udp'"),
+        ({"batch_size": 0}, "batch_size = 0: must be an integer >= 1"),
+        ({"timeout_s": 0}, "timeout_ms = 0: must be a number > 0"),
         ({"drain_s": -1.0}, "drain_s = -1.0: must be a number >= 0"),
     ],
 )

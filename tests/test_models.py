@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as tg
 
-from autobatch import example_models
-from autobatch.measure import measure_curve, synth_inputs
-from autobatch.plan.curve import load_curve
-from autobatch.serve import EMULATOR_MODEL
+from autobatch.curve import load_curve
+from autobatch.lab import example_models
+from autobatch.lab.measure import measure_curve, synth_inputs
+from autobatch.lab.serve import EMULATOR_MODEL
 
 from .conftest import CURVES, REPOSITORY
 
@@ -81,8 +81,8 @@ def test_emulator_follows_its_curve_through_triton_batch_stats(triton, emulating
 
 
 def test_emulator_refuses_a_bad_curve_and_keeps_serving(triton, emulating):
+    from autobatch.curve import BatchCurve
     from autobatch.errors import ServeError
-    from autobatch.plan.curve import BatchCurve
 
     emulating(BatchCurve({1: 1.0}))
 

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
+from autobatch.curve import BatchCurve, load_curve
+from autobatch.lab.measure import live_curve, write_curve
+from autobatch.lab.serve import EMULATOR_MODEL
 from autobatch.load import run_load
-from autobatch.measure import live_curve, write_curve
-from autobatch.plan.curve import BatchCurve, load_curve
 from autobatch.profiles import load_profiles
 from autobatch.schedule import Schedule
-from autobatch.serve import EMULATOR_MODEL
 
 from .conftest import CURVES, PROFILES, REPOSITORY, ROOT
 
@@ -71,18 +71,18 @@ def test_plan_json_write_profiles_and_plot(tmp_path):
     again = autobatch("plan", "--curve", FP16_256, "--slo-p99-ms", "100", "--network-ms", "10",
                       "--rate", "250", "--write-profiles", str(out_dir))
     assert again.returncode == 2
-    assert "already exists; pass --force" in again.stderr
+    assert "already exists; overwrite it with force" in again.stderr
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--curve", "nope.yaml", "--slo-p99-ms", "100", "--network-ms", "10"], "nope.yaml: file not found"),
-        (["--curve", FP16_256, "--slo-p99-ms", "-5", "--network-ms", "10"], "--slo-p99-ms = -5"),
+        (["--curve", FP16_256, "--slo-p99-ms", "-5", "--network-ms", "10"], "slo_p99_ms = -5"),
         (["--curve", FP16_256, "--slo-p99-ms", "100", "--network-ms", "10", "--rate", "5",
           "--sessions", "2", "--fps", "5"], "give one load"),
         (["--curve", FP16_256, "--slo-p99-ms", "100", "--network-ms", "10", "--margin", "1.5"],
-         "--margin = 1.5"),
+         "margin = 1.5"),
     ],
 )
 def test_plan_bad_input_is_one_line_and_exit_2(args, message):
@@ -140,9 +140,9 @@ def test_simulate_priority_levels_text(tmp_path):
     ("args", "message"),
     [
         (["--rate", "10", "--sessions", "2", "--fps", "3"], "give one workload"),
-        (["--rate", "10", "--preferred", "4,x"], "--preferred = '4,x'"),
+        (["--rate", "10", "--preferred", "4,x"], "preferred = '4,x'"),
         (["--rate", "10", "--preferred", "64"], "preferred_batch_size[0] = 64"),
-        (["--sessions", "3", "--fps", "30", "--session-policy", "random"], "--session-policy"),
+        (["--sessions", "3", "--fps", "30", "--session-policy", "random"], "session_policy = 'random'"),
         (["--rate", "10", "--priority-mix", "high"], "--priority-mix = 'high'"),
     ],
 )

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from autobatch.curve import BatchCurve, PointKind, load_curve
 from autobatch.errors import ConfigError
-from autobatch.plan.curve import BatchCurve, PointKind, load_curve
 from autobatch.plan.planner import (
     VerdictKind,
     batching_verdict,
@@ -161,10 +161,10 @@ def test_without_a_load_half_the_batch1_capacity_is_assumed():
     ("kwargs", "message"),
     [
         ({"rate_rps": 10, "sessions": 2, "fps": 5}, "give one load"),
-        ({"sessions": 2}, "--sessions and --fps go together"),
-        ({"rate_rps": -1}, "--rate = -1"),
-        ({"max_batch_size": 0}, "--max-batch-size = 0"),
-        ({"instances": 0}, "--instances = 0"),
+        ({"sessions": 2}, "sessions and fps go together"),
+        ({"rate_rps": -1}, "rate = -1"),
+        ({"max_batch_size": 0}, "max_batch_size = 0"),
+        ({"instances": 0}, "instances = 0"),
     ],
 )
 def test_bad_plan_inputs(kwargs, message):

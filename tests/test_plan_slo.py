@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from autobatch.curve import BatchCurve, PointKind, load_curve
 from autobatch.errors import ConfigError
-from autobatch.plan.curve import BatchCurve, PointKind, load_curve
 from autobatch.plan.slo import ARTICLE_EXAMPLE, largest_fitting_batch, queue_budget
 
 from .conftest import CURVES
@@ -70,9 +70,9 @@ def test_largest_fitting_batch(curve_file, slo, network, max_batch, expect_batch
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ((0, 10, 50.0, 8), "--slo-p99-ms = 0"),
-        ((100, -1, 50.0, 8), "--network-ms = -1"),
-        ((100, 10, 50.0, 0), "--max-batch-size = 0"),
+        ((0, 10, 50.0, 8), "slo_p99_ms = 0"),
+        ((100, -1, 50.0, 8), "network_ms = -1"),
+        ((100, 10, 50.0, 0), "max_batch_size = 0"),
         ((100, 10, -3.0, 8), "batch time = -3.0"),
     ],
 )
@@ -82,5 +82,5 @@ def test_bad_inputs_name_the_flag(args, message):
 
 
 def test_a_margin_of_one_or_more_is_refused():
-    with pytest.raises(ConfigError, match=r"--margin = 1.0: must be a fraction in \[0, 1\)"):
+    with pytest.raises(ConfigError, match=r"margin = 1.0: must be a fraction in \[0, 1\)"):
         queue_budget(100, 10, 50.0, 8, margin_frac=1.0)

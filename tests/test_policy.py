@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from autobatch.plan.curve import BatchCurve
+from autobatch.curve import BatchCurve
 from autobatch.policy import (
     Action,
     PolicySettings,

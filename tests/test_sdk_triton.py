@@ -23,9 +23,9 @@ from autobatch.errors import (
     InvalidRequestError,
     TritonError,
 )
+from autobatch.lab.serve import EMULATOR_MODEL, TritonServer
 from autobatch.profiles import parse_pbtxt
 from autobatch.sdk import SyncTritonBatchClient, TritonBatchClient
-from autobatch.serve import EMULATOR_MODEL, TritonServer
 
 from .conftest import REPOSITORY, ROOT
 

@@ -14,7 +14,8 @@ import httpx
 import pytest
 
 from autobatch.errors import ConfigError, ServeError
-from autobatch.serve import EMULATOR_MODEL, TritonServer, free_port, group_members
+from autobatch.lab.process import group_members
+from autobatch.lab.serve import EMULATOR_MODEL, TritonServer, free_port
 
 from .conftest import REPOSITORY
 
@@ -112,7 +113,7 @@ BLOCK = textwrap.dedent(
 @pytest.mark.parametrize(
     ("code", "rc", "expect"),
     [
-        ("import autobatch, autobatch.cli, autobatch.serve, autobatch.profiles; print('ok')", 0, "ok"),
+        ("import autobatch, autobatch.cli, autobatch.lab.serve, autobatch.profiles; print('ok')", 0, "ok"),
         ("sys.argv = ['autobatch', '--help']; from autobatch.cli import main; main()", 0, "serve"),
         (
             "sys.argv = ['autobatch', 'serve', '--http-port', '0', '--grpc-port', '0', "

@@ -29,11 +29,11 @@ from autobatch.cli import app
 from autobatch.controller.app import run_sidecar
 from autobatch.controller.config import sidecar_config_from_mapping
 from autobatch.controller.loop import read_decision_log
+from autobatch.curve import BatchCurve
+from autobatch.lab.serve import EMULATOR_MODEL, TritonServer, free_port
 from autobatch.load import run_load
-from autobatch.plan.curve import BatchCurve
 from autobatch.plan.replay import parse_trace, replay
 from autobatch.schedule import Phase, Schedule
-from autobatch.serve import EMULATOR_MODEL, TritonServer, free_port
 
 from .conftest import PROFILES, REPOSITORY
 from .helpers import BackgroundLoad
@@ -297,10 +297,13 @@ def test_dry_run_decides_and_logs_but_never_touches_triton(tmp_path, server):
 
 
 def test_load_oscillating_at_the_threshold_switches_at_most_once_per_dwell(tmp_path, server):
-    """300 and 20 req/s alternating every 4 s: around latency-soft's capacity and far below."""
+    """300 and 20 req/s alternating every 4 s (around latency-soft's capacity and far below),
+    then 20 s at 20 req/s: it switches both ways, never twice within a dwell."""
     dwell_s = 10.0
     cfg = config(tmp_path, server, policy={"min_dwell_s": dwell_s})
     phases = tuple(Phase(f"{'high' if i % 2 else 'low'}-{i}", 300 if i % 2 else 20, 4) for i in range(10))
+    # ... then a quiet spell long enough to step back, so the run has to switch both ways.
+    phases += (Phase("low-final", 20, 20),)
     with Running(cfg) as running:
         running.wait_for(lambda s: s["active_profile"] is not None, 30, "a live profile")
         report = run_load(server.urls.grpc, EMULATOR_MODEL, Schedule(phases), timeout_s=20)
@@ -310,6 +313,8 @@ def test_load_oscillating_at_the_threshold_switches_at_most_once_per_dwell(tmp_p
     gaps = [b - a for a, b in zip(landed, landed[1:])]
     reasons = [ln["decision"]["reason"] for ln in log if ln["decision"]["action"] == "switch"]
     print(f"\n[oscillation] {len(landed)} switches {reasons}, gaps {[round(g, 1) for g in gaps]} s")
+    # It must have moved at all (twice: up and back), and never faster than the dwell allows.
+    assert len(landed) >= 2, (landed, reasons)
     assert all(g >= dwell_s - 1e-6 for g in gaps), (landed, gaps)
     assert len(landed) <= 1 + report.elapsed_s // dwell_s
     assert report.total.failures == {}

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from autobatch.serve import EMULATOR_MODEL, free_port
+from autobatch.lab.serve import EMULATOR_MODEL, free_port
 from autobatch.signals import Window
 
 AUTOBATCH = [str(Path(sys.executable).parent / "autobatch")]
@@ -53,11 +53,11 @@ def test_watch_unknown_model_is_one_line_and_exit_2(triton: Any) -> None:
 @pytest.mark.parametrize(
     ("args", "start"),
     [
-        (["--interval", "0"], "autobatch: error: --interval = 0"),
-        (["--count", "0"], "autobatch: error: --count = 0"),
-        (["--source", "kafka"], "autobatch: error: --source = 'kafka'"),
-        (["--selector", 'job="x"'], "autobatch: error: --selector"),
-        (["--url", "ftp://x"], "autobatch: error: --url = 'ftp://x'"),
+        (["--interval", "0"], "autobatch: error: interval_s = 0"),
+        (["--count", "0"], "autobatch: error: count = 0"),
+        (["--source", "kafka"], "autobatch: error: source = 'kafka'"),
+        (["--selector", 'job="x"'], "autobatch: error: selector"),
+        (["--url", "ftp://x"], "autobatch: error: url = 'ftp://x'"),
     ],
 )
 def test_watch_bad_input(args: list[str], start: str) -> None:

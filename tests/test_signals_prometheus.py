@@ -9,18 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
-import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from autobatch.serve import EMULATOR_MODEL, free_port
+from autobatch.lab.process import poll_until
+from autobatch.lab.prometheus import PrometheusServer
+from autobatch.lab.prometheus import query as _query
+from autobatch.lab.serve import EMULATOR_MODEL
 from autobatch.signals import PrometheusSource, TritonSource, window_between
 
 from .helpers import BackgroundLoad
@@ -31,72 +29,15 @@ M = EMULATOR_MODEL
 SCRAPE_INTERVAL_S = 1
 
 
-def _wait(condition: Any, what: str, timeout_s: float = 60.0, proc: Any = None) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if proc is not None and proc.poll() is not None:
-            pytest.fail(f"prometheus exited with code {proc.returncode} while waiting for {what}")
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s:g} s waiting for {what}")
-        time.sleep(0.1)
-
-
-def _query(url: str, promql: str) -> list[dict[str, Any]]:
-    try:
-        r = httpx.get(f"{url}/api/v1/query", params={"query": promql}, timeout=5)
-    except httpx.HTTPError:
-        return []
-    return r.json()["data"]["result"] if r.status_code == 200 else []
+def _wait(condition: Any, what: str, timeout_s: float = 60.0) -> Any:
+    return poll_until(condition, timeout_s=timeout_s, interval_s=0.1, what=what)
 
 
 @contextlib.contextmanager
 def running_prometheus(targets: dict[str, str]) -> Iterator[str]:
     """A real Prometheus on loopback scraping ``{replica: host:port}`` every second."""
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.fail("the prometheus binary is missing: run scripts/system-deps.sh "
-                    "(Debian package 'prometheus', listed in scripts/apt-packages.txt)")
-    port = free_port()
-    static = "".join(
-        f"""      - targets: ["{target}"]\n        labels: {{replica: {replica}}}\n"""
-        for replica, target in targets.items()
-    )
-    with tempfile.TemporaryDirectory(prefix="autobatch-prometheus-") as tmp:
-        config = Path(tmp) / "prometheus.yml"
-        config.write_text(
-            f"""\
-global:
-  scrape_interval: {SCRAPE_INTERVAL_S}s
-  scrape_timeout: {SCRAPE_INTERVAL_S}s
-scrape_configs:
-  - job_name: triton
-    metrics_path: /metrics
-    static_configs:
-{static}""",
-            encoding="utf-8",
-        )
-        log = (Path(tmp) / "prometheus.log").open("wb")
-        proc = subprocess.Popen(
-            [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp}/data",
-             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        )
-        url = f"http://127.0.0.1:{port}"
-        try:
-            _wait(lambda: _query(url, f'count(up{{job="triton"}} == 1) == {len(targets)}'),
-                  "every replica to be scraped", proc=proc)
-            yield url
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-            log.close()
+    with PrometheusServer(targets, scrape_interval_s=SCRAPE_INTERVAL_S) as prom:
+        yield prom.url
 
 
 def _target(server: Any) -> str:
@@ -166,7 +107,7 @@ async def test_promql_missing_series_and_bad_selector(prometheus: str) -> None:
 
 async def test_a_restart_inside_the_range_is_a_counter_reset() -> None:
     """Triton restarted while Prometheus scrapes it: the fleet window says so, then recovers."""
-    from autobatch.serve import TritonServer
+    from autobatch.lab.serve import TritonServer
 
     from .conftest import REPOSITORY
 

@@ -316,15 +316,15 @@ async def test_prometheus_stale_scrape_is_too_old() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "flag"),
     [
-        ({"source": "kafka"}, "--source"),
-        ({"url": "ftp://x"}, "--url"),
-        ({"url": ""}, "--url"),
-        ({"metrics_url": "ftp://x:1/metrics"}, "--metrics-url"),
-        ({"selector": 'job="x"'}, "--selector"),
-        ({"range_s": 10.0}, "--range"),
-        ({"source": "prometheus", "metrics_url": "x:1"}, "--metrics-url"),
-        ({"source": "prometheus", "range_s": -1.0}, "--range"),
-        ({"max_age_s": 0.0}, "--max-age"),
+        ({"source": "kafka"}, "source"),
+        ({"url": "ftp://x"}, "url"),
+        ({"url": ""}, "url"),
+        ({"metrics_url": "ftp://x:1/metrics"}, "metrics_url"),
+        ({"selector": 'job="x"'}, "selector"),
+        ({"range_s": 10.0}, "range"),
+        ({"source": "prometheus", "metrics_url": "x:1"}, "metrics_url"),
+        ({"source": "prometheus", "range_s": -1.0}, "range"),
+        ({"max_age_s": 0.0}, "max_age"),
     ],
 )
 def test_make_source_bad_input_names_the_flag(kwargs: dict[str, Any], flag: str) -> None:

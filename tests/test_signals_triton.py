@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from autobatch.errors import ScrapeError
-from autobatch.serve import EMULATOR_MODEL, TritonServer, free_port
+from autobatch.lab.serve import EMULATOR_MODEL, TritonServer, free_port
 from autobatch.signals import TritonSample, TritonSource, window_between, windows
 
 from .conftest import REPOSITORY

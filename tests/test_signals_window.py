@@ -369,9 +369,10 @@ def test_public_names() -> None:
     import autobatch.signals as signals
 
     assert sorted(signals.__all__) == sorted([
-        "MetricsSample", "PromQL", "PrometheusSource", "SignalSource", "StaleReason",
-        "StatsSample", "TritonSample", "TritonSource", "Window", "make_source", "parse_metrics",
-        "parse_stats", "parse_utilization", "watch", "window_between", "window_from_results",
-        "windows",
+        "MetricsSample", "PromQL", "PrometheusSource", "ReadTarget", "SignalSettings", "SignalSource",
+        "StaleReason", "StatsSample", "TritonSample", "TritonSource", "VariantsSource", "Window",
+        "build_source", "build_step_signals", "build_variants_source", "combine_windows", "make_source",
+        "parse_metrics", "parse_stats", "parse_utilization", "watch", "window_between",
+        "window_from_results", "windows",
     ])
     assert all(hasattr(signals, name) for name in signals.__all__)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from autobatch.curve import BatchCurve
 from autobatch.errors import ConfigError
-from autobatch.plan.curve import BatchCurve
 from autobatch.plan.simulator import ServiceModel, Workload, simulate
 from autobatch.profiles import Profile, QueuePolicy
 from autobatch.schedule import Phase, Schedule, arrivals, load_schedule
@@ -270,7 +270,7 @@ def test_bad_service_and_engine():
         ServiceModel(FLAT_10MS, batch_overhead_ms=-1)
     with pytest.raises(ConfigError, match="engine = 'fast'"):
         simulate(prof(), ServiceModel(FLAT_10MS), work(0), engine="fast")
-    with pytest.raises(ConfigError, match="--instances = 0"):
+    with pytest.raises(ConfigError, match="instances = 0"):
         simulate(prof(), ServiceModel(FLAT_10MS), work(0), instances=0)
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from autobatch.curve import load_curve
 from autobatch.errors import ConfigError
-from autobatch.plan.curve import load_curve
 from autobatch.plan.sessions import SESSION_POLICIES, simulate_sessions
 from autobatch.plan.simulator import ServiceModel
 
@@ -100,9 +100,9 @@ def test_json_fields():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"policy": "newest-first"}, "--session-policy = 'newest-first'"),
-        ({"sessions": 0}, "--sessions = 0"),
-        ({"fps": 0.0}, "--fps = 0.0"),
+        ({"policy": "newest-first"}, "session_policy = 'newest-first'"),
+        ({"sessions": 0}, "sessions = 0"),
+        ({"fps": 0.0}, "fps = 0.0"),
     ],
 )
 def test_bad_session_inputs(kwargs, message):

@@ -24,7 +24,7 @@ import yaml
 
 from autobatch.errors import ConfigError
 
-__all__ = ["MISSING", "URL_RULE", "Section", "http_url", "load_yaml"]
+__all__ = ["MISSING", "URL_RULE", "Section", "http_url", "load_yaml", "read_text"]
 
 
 URL_RULE = "must be an http:// or https:// URL, or HOST:PORT (e.g. 127.0.0.1:8000)"
@@ -58,17 +58,23 @@ class _Missing:
 MISSING: Any = _Missing()
 
 
-def load_yaml(path: str | Path, *, error: type[ConfigError] = ConfigError) -> Any:
-    """Read and parse one YAML file; any failure is a one-line ``ConfigError``."""
+def read_text(path: str | Path, *, what: str = "a file", error: type[ConfigError] = ConfigError) -> str:
+    """Read one UTF-8 input file; any failure is a one-line ``ConfigError`` naming it."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        return p.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise error(f"{p}: file not found", source=str(p)) from exc
     except IsADirectoryError as exc:
-        raise error(f"{p}: is a directory, expected a YAML file", source=str(p)) from exc
+        raise error(f"{p}: is a directory, expected {what}", source=str(p)) from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise error(f"{p}: cannot read: {exc}", source=str(p)) from exc
+
+
+def load_yaml(path: str | Path, *, error: type[ConfigError] = ConfigError) -> Any:
+    """Read and parse one YAML file; any failure is a one-line ``ConfigError``."""
+    p = Path(path)
+    text = read_text(p, what="a YAML file", error=error)
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:

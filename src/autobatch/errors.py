@@ -11,7 +11,9 @@ ever catch ``AutobatchError`` subclasses::
      +-- TritonError          the Triton server answered with an error or not at all
      +-- SignalError          metrics could not be turned into a trustworthy window
      |    +-- ScrapeError     an endpoint could not be read or parsed (``reason`` says how)
-     +-- ActuationError       a profile could not be applied
+     +-- ActuationError       a profile could not be applied (``reason`` says how)
+     |    +-- ReloadFailure   a Triton reload step (autobatch.actuators.triton)
+     |    +-- GatewayFailure  a gateway weight step (autobatch.actuators.gateway)
      +-- BatcherError         the SDK micro-batcher
      |    +-- QueueFullError  the batcher's queue is full and backpressure is "raise"
      |    +-- DeadlineExceededError  a request's timeout passed (also a TimeoutError)
@@ -110,7 +112,14 @@ class ScrapeError(SignalError):
 
 
 class ActuationError(AutobatchError):
-    """A profile could not be applied to the server or the gateway."""
+    """A profile could not be applied to the server or the gateway.
+
+    ``reason`` is the machine reason an actuation result records for it (an
+    entry of ``autobatch.actuators.base.REASONS``). Every actuator's own
+    failures are subclasses of this one.
+    """
+
+    reason = "unreachable"
 
 
 class BatcherError(AutobatchError):

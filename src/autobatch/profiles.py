@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autobatch.config import Section, load_yaml
+import yaml
+
+from autobatch.config import Section, load_yaml, read_text
 from autobatch.errors import ProfileError
 
 __all__ = [
@@ -36,6 +38,8 @@ __all__ = [
     "load_profiles",
     "parse_pbtxt",
     "render_pbtxt",
+    "render_profile",
+    "write_profiles",
 ]
 
 TIMEOUT_ACTIONS = ("REJECT", "DELAY")
@@ -327,6 +331,67 @@ def load_profiles(directory: str | Path) -> dict[str, Profile]:
     if not out:
         raise ProfileError(f"{d}: no profile files (*.yaml) found", source=str(d))
     return out
+
+
+def render_profile(
+    path: str | Path,
+    *,
+    base: str | Path | None = None,
+    repository: str | Path | None = None,
+    override: bool = False,
+) -> str:
+    """The model's full ``config.pbtxt`` with the profile at ``path`` merged in (or, with
+    ``override``, the JSON body of ``POST /v2/repository/models/M/load``).
+
+    ``base`` is the config to merge into; without it, the model's own config in
+    ``repository`` (the model is the profile directory's name).
+    """
+    prof = load_profile(path)
+    if base is None:
+        if repository is None:
+            raise ProfileError(f"{path}: no base config given and no repository to find one in",
+                               source=str(path))
+        base = Path(repository) / (prof.model or "") / "config.pbtxt"
+        if not Path(base).is_file():
+            raise ProfileError(
+                f"{path}: no base config for model {prof.model!r} at {base}; give base", source=str(path)
+            )
+    config = parse_pbtxt(read_text(base, what="a config.pbtxt"), str(base))
+    if override:
+        return json.dumps(prof.to_override(config)) + "\n"
+    return render_pbtxt(prof.merge_into(config), str(path))
+
+
+def write_profiles(
+    documents: Sequence[Mapping[str, Any]], directory: str | Path, *, force: bool = False
+) -> list[Path]:
+    """Write each profile document (a mapping with ``name``, as :meth:`Profile.to_dict` gives,
+    optionally with a ``description``) as ``directory/<name>.yaml``.
+
+    Every file is read back through :func:`load_profile` before this returns, so
+    a file written is a file the sidecar accepts. Existing files are kept
+    unless ``force``.
+    """
+    d = Path(directory)
+    targets = [(doc, d / f"{doc['name']}.yaml") for doc in documents]
+    if not force:
+        taken = [str(p) for _, p in targets if p.exists()]
+        if taken:
+            raise ProfileError(f"write_profiles = {str(d)!r}: {taken[0]} already exists; "
+                               "overwrite it with force", source=str(d))
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ProfileError(f"write_profiles = {str(d)!r}: cannot create it: {exc}", source=str(d)) from exc
+    written = []
+    for doc, path in targets:
+        try:
+            path.write_text(yaml.safe_dump(dict(doc), sort_keys=False), encoding="utf-8")
+        except OSError as exc:
+            raise ProfileError(f"write_profiles: cannot write {path}: {exc}", source=str(path)) from exc
+        load_profile(path)
+        written.append(path)
+    return written
 
 
 # -- config.pbtxt <-> Triton JSON -----------------------------------------------------------

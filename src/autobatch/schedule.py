@@ -54,6 +54,7 @@ __all__ = [
     "arrivals",
     "load_schedule",
     "parse_schedule",
+    "schedule_from_options",
 ]
 
 ARRIVAL_KINDS = ("poisson", "uniform", "bursty")
@@ -196,6 +197,50 @@ def parse_schedule(data: Any, source: str = "schedule") -> Schedule:
 def load_schedule(path: str | Path) -> Schedule:
     """Read and validate a schedule file; any problem is a one-line ``ConfigError``."""
     return parse_schedule(load_yaml(path), str(path))
+
+
+def schedule_from_options(
+    *,
+    rate_rps: float | None = None,
+    duration_s: float | None = None,
+    path: str | Path | None = None,
+    requests: int | None = None,
+    burst_size: int = 0,
+    allow_idle: bool = True,
+) -> Schedule:
+    """One workload from the options ``load`` and ``simulate`` take: a schedule file, or a
+    constant rate for a duration (or for a number of ``requests``), optionally in bursts.
+
+    ``allow_idle`` admits a rate of 0 (an idle run). Errors name the field
+    (``rate``, ``duration``, ``requests``, ``bursty``) and the value.
+    """
+    if (rate_rps is None) == (path is None):
+        raise ConfigError("give either a rate (with a duration) or a schedule file, not both or neither",
+                          field="rate")
+    if path is not None:
+        if duration_s is not None:
+            raise ConfigError(f"duration = {duration_s:g}: goes with a rate; a schedule file sets "
+                              "its own durations", field="duration", value=duration_s)
+        return load_schedule(path)
+    assert rate_rps is not None
+    if not (_finite(rate_rps) and (rate_rps > 0 or (allow_idle and rate_rps == 0))):
+        raise ConfigError(f"rate = {rate_rps:g}: must be {'>=' if allow_idle else '>'} 0 requests/s",
+                          field="rate", value=rate_rps)
+    if requests is not None:
+        if requests < 1:
+            raise ConfigError(f"requests = {requests}: must be >= 1", field="requests", value=requests)
+        duration_s = requests / rate_rps
+    if duration_s is None:
+        raise ConfigError("a rate needs a duration in seconds", field="duration")
+    if not (_finite(duration_s) and duration_s > 0):
+        raise ConfigError(f"duration = {duration_s:g}: must be > 0 seconds", field="duration",
+                          value=duration_s)
+    if burst_size:
+        if burst_size < 1:
+            raise ConfigError(f"bursty = {burst_size}: must be a burst size >= 1", field="bursty",
+                              value=burst_size)
+        return Schedule((Phase("bursty", rate_rps, duration_s, "bursty", burst_size),))
+    return Schedule.constant(rate_rps, duration_s)
 
 
 # -- arrivals -------------------------------------------------------------------------------

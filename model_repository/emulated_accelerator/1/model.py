@@ -1,5 +1,5 @@
-"""Triton Python-backend entry point; the model is built in autobatch.example_models."""
+"""Triton Python-backend entry point; the model is built in autobatch.lab.example_models."""
 
-from autobatch.example_models import EmulatedAcceleratorModel as TritonPythonModel
+from autobatch.lab.example_models import EmulatedAcceleratorModel as TritonPythonModel
 
 __all__ = ["TritonPythonModel"]

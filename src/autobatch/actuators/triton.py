@@ -94,39 +94,39 @@ from urllib.parse import quote
 import httpx
 
 from autobatch.actuators.base import ActuationResult
-from autobatch.errors import ConfigError, ProfileError, TritonError
+from autobatch.errors import ActuationError, ConfigError, ProfileError
 from autobatch.profiles import Profile, parse_pbtxt, render_pbtxt
 
-__all__ = ["TritonReloadActuator"]
+__all__ = ["ReloadFailure", "TritonReloadActuator"]
 
 log = logging.getLogger(__name__)
 
 _ERROR_CHARS = 400
 
 
-class _Failure(TritonError):
-    """A failed step; ``reason`` is the :data:`~autobatch.actuators.base.REASONS` entry."""
+class ReloadFailure(ActuationError):
+    """A failed step of a reload; ``reason`` is the :data:`~autobatch.actuators.base.REASONS` entry."""
 
     reason = "unreachable"
 
 
-class _Unreachable(_Failure):
+class _Unreachable(ReloadFailure):
     reason = "unreachable"
 
 
-class _Unavailable(_Failure):
+class _Unavailable(ReloadFailure):
     reason = "unavailable"
 
 
-class _Refused(_Failure):
+class _Refused(ReloadFailure):
     reason = "rejected"
 
 
-class _LoadTimeout(_Failure):
+class _LoadTimeout(ReloadFailure):
     reason = "timeout"
 
 
-class _VerifyFailed(_Failure):
+class _VerifyFailed(ReloadFailure):
     reason = "verify_failed"
 
 
@@ -321,7 +321,7 @@ class TritonReloadActuator:
             t0 = self.clock()
             try:
                 live = await self._read_config()
-            except _Failure as exc:
+            except ReloadFailure as exc:
                 return self._result(profile, t0, ok=False, reason=exc.reason, message=str(exc))
             return await self._apply_on(profile, live, t0, ok_reason="applied")
 
@@ -330,7 +330,7 @@ class TritonReloadActuator:
         async with self._lock:
             try:
                 live = await self._read_config()
-            except _Failure as exc:
+            except ReloadFailure as exc:
                 log.warning("%s: cannot read the live profile: %s", self.model, exc)
                 return None
             return self._name_of(live)
@@ -349,7 +349,7 @@ class TritonReloadActuator:
             t0 = self.clock()
             try:
                 live = await self._read_config()
-            except _Failure as exc:
+            except ReloadFailure as exc:
                 return self._result(
                     profile,
                     t0,
@@ -451,7 +451,7 @@ class TritonReloadActuator:
                     f"Triton accepted {profile.name} but its config reads back different: "
                     f"{_differences(want, got)}"
                 )
-        except _Failure as exc:
+        except ReloadFailure as exc:
             return await self._roll_back(profile, exc, live, restore_text, t0, load_s)
 
         self._last_good = profile
@@ -469,7 +469,7 @@ class TritonReloadActuator:
     async def _roll_back(
         self,
         profile: Profile,
-        failure: _Failure,
+        failure: ReloadFailure,
         before: dict[str, Any],
         restore_text: str | None,
         t0: float,
@@ -519,9 +519,9 @@ class TritonReloadActuator:
                         f"{_differences(_view(target, **flags), _view(after, **flags))}"
                     )
                 how = "loaded it again"
-        except _Failure as exc:
+        except ReloadFailure as exc:
             active = None
-            with contextlib.suppress(_Failure):
+            with contextlib.suppress(ReloadFailure):
                 active = self._name_of(await self._read_config())
             message = f"{what}; rolling back to {label} failed too: {exc}"
             if notes:
@@ -551,7 +551,7 @@ class TritonReloadActuator:
             load_s=load_s,
         )
 
-    # -- the boundary: httpx in, TritonError out ----------------------------------------
+    # -- the boundary: httpx in, ReloadFailure out ----------------------------------------
     async def _read_config(self, *, timeout_s: float | None = None) -> dict[str, Any]:
         try:
             r = await self._client.get(self._config_url, timeout=timeout_s or self.request_timeout_s)

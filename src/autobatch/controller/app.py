@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -22,63 +21,21 @@ from autobatch.controller.config import SidecarConfig, read_token
 from autobatch.controller.http import ControlServer
 from autobatch.controller.loop import Controller, WindowSource, run_controller
 from autobatch.errors import ConfigError
-from autobatch.signals.window import Window
+from autobatch.signals.factory import build_source as build_signal_source
+from autobatch.signals.factory import build_step_signals, build_variants_source
 
 __all__ = ["Sidecar", "build_actuator", "build_source", "run_sidecar"]
 
 log = logging.getLogger("autobatch.controller")
 
 
-class _NoUtilization:
-    """``utilization: none``: drop the accelerator signal (e.g. a shared card's is misleading)."""
-
-    def __init__(self, inner: WindowSource) -> None:
-        self.inner = inner
-
-    async def poll(self) -> Window | None:  # type: ignore[override]
-        w = await self.inner.poll()
-        return None if w is None else replace(w, utilization=None)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-
 def build_source(config: SidecarConfig, clock: Callable[[], float]) -> WindowSource:
-    s = config.signals
-    max_age = config.policy.max_window_age_s
-    if config.actuator.kind == "gateway":
-        # The traffic is split between variants: the policy sees all of them combined
-        # (autobatch.actuators.gateway.signals says why).
-        from autobatch.actuators.gateway.settings import build_gateway_source
-
-        source: Any = build_gateway_source(config, clock)
-    elif s.source == "prometheus":
-        from autobatch.signals.prometheus import PrometheusSource
-
-        selector = ",".join(f'{k}="{v}"' for k, v in sorted(s.selector.items()))
-        range_s = s.range_s or max(2.0 * config.interval_s, 4.0)
-        source = PrometheusSource(
-            s.prometheus_url or "",
-            config.model,
-            selector=selector,
-            range_s=range_s,
-            clock=clock,
-            timeout_s=s.timeout_s,
-            max_age_s=max_age,
-        )
-    else:
-        from autobatch.signals.triton import TritonSource
-
-        source = TritonSource(
-            config.triton.http_url,
-            config.model,
-            metrics_url=config.triton.metrics_url,
-            utilization_url=s.dcgm_url if s.utilization == "dcgm" else None,
-            clock=clock,
-            timeout_s=s.timeout_s,
-            max_age_s=max_age,
-        )
-    return _NoUtilization(source) if s.utilization == "none" else source
+    """What the policy polls: this Triton's model or, in gateway mode, every variant combined
+    (:mod:`autobatch.signals.variants` says why)."""
+    gateway = config.actuator.gateway
+    if gateway is not None:
+        return build_variants_source(config.signals, gateway.read_targets(), config.model, clock=clock)
+    return build_signal_source(config.signals, config.read_target(), clock=clock)
 
 
 def build_actuator(config: SidecarConfig, *, dry_run: bool = False) -> Actuator:
@@ -100,14 +57,16 @@ def build_actuator(config: SidecarConfig, *, dry_run: bool = False) -> Actuator:
             load_timeout_s=a.timeout_s,
             grpc_url=config.triton.grpc_url if a.load_api == "grpc" else None,
         )
-    if a.kind == "gateway":
-        try:
-            from autobatch.actuators.gateway import build_gateway_actuator
-        except ImportError as exc:
-            raise ConfigError(
-                f"{config.source}: actuator.kind = 'gateway': not available in this build"
-            ) from exc
-        return build_gateway_actuator(config)
+    if a.kind == "gateway" and a.gateway is not None:
+        from autobatch.actuators.gateway import build_gateway_actuator
+
+        gateway = a.gateway
+        return build_gateway_actuator(
+            gateway,
+            config.profiles,
+            source=config.source,
+            step_signals=lambda: build_step_signals(config.signals, gateway.read_targets()),
+        )
     raise ConfigError(f"{config.source}: actuator.kind = {a.kind!r}: unknown")
 
 

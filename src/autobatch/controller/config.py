@@ -27,11 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autobatch.actuators.gateway.settings import GatewaySettings, parse_gateway_options
 from autobatch.config import Section, load_yaml
+from autobatch.curve import BatchCurve, load_curve
 from autobatch.errors import ConfigError
-from autobatch.plan.curve import BatchCurve, load_curve
 from autobatch.policy import PolicySettings
 from autobatch.profiles import Profile, load_profiles
+from autobatch.signals.factory import SOURCES, UTILIZATION, ReadTarget, SignalSettings
 
 __all__ = ["SidecarConfig", "load_sidecar_config", "sidecar_config_from_mapping"]
 
@@ -44,24 +46,6 @@ class TritonEndpoints:
     """Triton's Prometheus endpoint (the metrics port)."""
     grpc_url: str = "127.0.0.1:8001"
     """Triton's gRPC endpoint (``host:port``): the reload actuator sends its loads here."""
-
-
-@dataclass(frozen=True)
-class SignalSettings:
-    source: str = "triton"
-    """``triton`` (scrape this Triton) or ``prometheus`` (PromQL, fleet-wide)."""
-    prometheus_url: str | None = None
-    """Prometheus base URL for ``source: prometheus``."""
-    selector: Mapping[str, str] = field(default_factory=dict)
-    """Extra label matchers for the PromQL queries, e.g. ``{job: triton}``."""
-    range_s: float | None = None
-    """PromQL range for rate(); default: the policy's interval x 2, at least 4 scrape intervals."""
-    utilization: str = "auto"
-    """``auto`` (nv_gpu_utilization if present), ``triton``, ``dcgm`` or ``none``."""
-    dcgm_url: str | None = None
-    """dcgm-exporter's /metrics URL, for ``utilization: dcgm``."""
-    timeout_s: float = 2.0
-    """Per-scrape timeout."""
 
 
 @dataclass(frozen=True)
@@ -78,10 +62,9 @@ class ActuatorSettings:
     timeout_s: float = 120.0
     """How long one load may take before it counts as failed."""
     options: Mapping[str, Any] = field(default_factory=dict)
-    """Kind-specific settings (the gateway's backend, servers, socket, steps, ...)."""
-    gateway: Any = None
-    """``kind: gateway``: the options validated into
-    :class:`autobatch.actuators.gateway.GatewaySettings`; None for other kinds."""
+    """Kind-specific settings as written (the gateway's backend, servers, socket, steps, ...)."""
+    gateway: GatewaySettings | None = None
+    """``kind: gateway``: :attr:`options` validated; None for other kinds."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +89,10 @@ class SidecarConfig:
     actuator: ActuatorSettings
     server: ServerSettings
     decision_log: Path | None
+
+    def read_target(self) -> ReadTarget:
+        """The model the signals read: this sidecar's, on its Triton."""
+        return ReadTarget(self.model, self.triton.http_url, self.triton.metrics_url)
 
     def profile(self, name: str) -> Profile:
         for p in self.profiles:
@@ -208,14 +195,17 @@ def sidecar_config_from_mapping(data: Any, source: str, base: Path) -> SidecarCo
         isinstance(k, str) and isinstance(v, str) for k, v in selector.items()
     ):
         raise sig.fail("selector", selector, "must map label names to string values")
+    range_s = sig.float("range_s", None, min=0.0, min_exclusive=True)
     signals = SignalSettings(
-        source=sig.str("source", "triton", choices=("triton", "prometheus")),
+        source=sig.str("source", "triton", choices=SOURCES),
         prometheus_url=sig.url("prometheus_url", None),
         selector=dict(selector),
-        range_s=sig.float("range_s", None, min=0.0, min_exclusive=True),
-        utilization=sig.str("utilization", "auto", choices=("auto", "triton", "dcgm", "none")),
+        # rate() over at least two scrapes of the interval, and never under 4 s.
+        range_s=range_s or max(2.0 * interval_s, 4.0),
+        utilization=sig.str("utilization", "auto", choices=UTILIZATION),
         dcgm_url=sig.url("dcgm_url", None),
         timeout_s=sig.float("timeout_s", 2.0, min=0.0, min_exclusive=True),
+        max_age_s=policy.max_window_age_s,
     )
     if signals.source == "prometheus" and not signals.prometheus_url:
         raise sig.fail("prometheus_url", None, "is required when source is prometheus")
@@ -241,8 +231,6 @@ def sidecar_config_from_mapping(data: Any, source: str, base: Path) -> SidecarCo
         raise act.fail(next(iter(options)), options[next(iter(options))], f"unknown field for kind {kind}")
     gateway = None
     if kind == "gateway":
-        from autobatch.actuators.gateway.settings import parse_gateway_options
-
         gateway = parse_gateway_options(
             options,
             source=source,

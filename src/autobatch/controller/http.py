@@ -13,12 +13,15 @@ import hmac
 import json
 from typing import Any
 
+import httpx
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from autobatch.config import http_url
 from autobatch.controller.loop import Controller
+from autobatch.errors import AutobatchError, ConfigError
 
-__all__ = ["ControlServer"]
+__all__ = ["ControlServer", "fetch_status"]
 
 
 class ControlServer:
@@ -93,3 +96,23 @@ class ControlServer:
 def _error(status: int, message: str, *, bearer: bool = False) -> web.Response:
     headers = {"WWW-Authenticate": 'Bearer realm="autobatch"'} if bearer else None
     return web.json_response({"error": message}, status=status, headers=headers)
+
+
+def fetch_status(url: str, *, client: httpx.Client | None = None, timeout_s: float = 5.0) -> dict[str, Any]:
+    """A running sidecar's ``/status`` JSON (``url`` is its address, ``host:port`` or a URL)."""
+    base = http_url(url)
+    if base is None:
+        raise ConfigError(f"url = {url!r}: must be an http:// URL or HOST:PORT, e.g. 127.0.0.1:9400",
+                          field="url", value=url)
+    try:
+        if client is None:
+            r = httpx.get(base + "/status", timeout=timeout_s)
+        else:
+            r = client.get(base + "/status", timeout=timeout_s)
+        r.raise_for_status()
+        data = r.json()
+    except (httpx.HTTPError, ValueError) as exc:
+        raise AutobatchError(f"cannot read {base}/status: {exc}") from exc
+    if not isinstance(data, dict):
+        raise AutobatchError(f"{base}/status did not answer a JSON object")
+    return data

@@ -15,7 +15,7 @@ p50/p95/p99, failures by kind and the generator's own send lag, with a
 
 from autobatch.load.report import BehindLimits, LoadReport, PhaseStats, RequestRecord
 from autobatch.load.runner import DEFAULT_TIMEOUT_S, StopFlag, run_load, run_load_async
-from autobatch.load.transport import PROTOCOLS
+from autobatch.load.transport import PROTOCOLS, default_url
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -25,6 +25,7 @@ __all__ = [
     "PhaseStats",
     "RequestRecord",
     "StopFlag",
+    "default_url",
     "run_load",
     "run_load_async",
 ]

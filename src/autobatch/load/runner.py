@@ -209,14 +209,14 @@ def _check_args(
         raise ConfigError(f"schedule = {schedule!r}: must be an autobatch.schedule.Schedule")
     if protocol not in PROTOCOLS:
         raise ConfigError(
-            f"--protocol = {protocol!r}: must be one of {', '.join(PROTOCOLS)}",
+            f"protocol = {protocol!r}: must be one of {', '.join(PROTOCOLS)}",
             field="protocol",
             value=protocol,
         )
     if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
-        raise ConfigError(f"--timeout-ms = {timeout_s * 1000!r}: must be a number > 0")
+        raise ConfigError(f"timeout_ms = {timeout_s * 1000:g}: must be a number > 0")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ConfigError(f"--batch-size = {batch_size!r}: must be an integer >= 1")
+        raise ConfigError(f"batch_size = {batch_size!r}: must be an integer >= 1")
     if drain_s is None:
         return timeout_s + _DRAIN_MARGIN_S
     if not (math.isfinite(drain_s) and drain_s >= 0):
@@ -235,7 +235,7 @@ def _open_out(out: str | Path | IO[str] | None) -> tuple[IO[str] | None, bool]:
         return path.open("w", encoding="utf-8"), True
     except OSError as exc:
         raise ConfigError(
-            f"--out = {str(path)!r}: cannot write there: {exc.strerror or exc}",
+            f"out = {str(path)!r}: cannot write there: {exc.strerror or exc}",
             field="out",
             value=str(path),
         ) from exc

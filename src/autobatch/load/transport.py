@@ -114,12 +114,12 @@ def synthesize_inputs(
     max_batch_size = int(config.get("max_batch_size") or 0)
     if max_batch_size == 0 and batch_size != 1:
         raise ConfigError(
-            f"--batch-size = {batch_size}: model {model!r} does not batch (max_batch_size 0); "
-            f"use --batch-size 1"
+            f"batch_size = {batch_size}: model {model!r} does not batch (max_batch_size 0); "
+            f"use batch_size 1"
         )
     if max_batch_size and batch_size > max_batch_size:
         raise ConfigError(
-            f"--batch-size = {batch_size}: must be <= the max_batch_size of model {model!r} "
+            f"batch_size = {batch_size}: must be <= the max_batch_size of model {model!r} "
             f"({max_batch_size})"
         )
     inputs = [i for i in config.get("input") or () if not i.get("optional")]
@@ -229,7 +229,7 @@ class Transport:
             detail = "the server has no such model"
         ready_txt = ", ".join(ready) if ready else "none"
         return ConfigError(
-            f"--model = {self.model!r}: not ready on Triton at {self.url}: {detail}; "
+            f"model = {self.model!r}: not ready on Triton at {self.url}: {detail}; "
             f"ready models: {ready_txt}",
             field="model",
             value=self.model,
@@ -240,7 +240,7 @@ class Transport:
         error, not thousands of identical failures."""
         try:
             # Its own generous timeout: a first request is often slow (lazy
-            # initialisation in the model), and a tight --timeout-ms is for the run.
+            # initialisation in the model), and a tight timeout_ms is for the run.
             await self.infer(max(_SETUP_TIMEOUT_S, self.timeout_s))
         except Exception as exc:
             kind, message = classify_error(exc)
@@ -366,7 +366,7 @@ async def open_transport(
     """Connect, check the server and the model, build the request and warm it up."""
     if protocol not in PROTOCOLS:
         raise ConfigError(
-            f"--protocol = {protocol!r}: must be one of {', '.join(PROTOCOLS)}",
+            f"protocol = {protocol!r}: must be one of {', '.join(PROTOCOLS)}",
             field="protocol",
             value=protocol,
         )
@@ -380,3 +380,14 @@ async def open_transport(
         await transport.close()
         raise
     return transport
+
+
+def default_url(protocol: str) -> str:
+    """Triton's default port on loopback for ``protocol``: 8001 for gRPC, 8000 for HTTP."""
+    if protocol not in PROTOCOLS:
+        raise ConfigError(
+            f"protocol = {protocol!r}: must be one of {', '.join(PROTOCOLS)}",
+            field="protocol",
+            value=protocol,
+        )
+    return "127.0.0.1:8001" if protocol == "grpc" else "127.0.0.1:8000"

@@ -17,7 +17,7 @@ Sizes past the last measured point are extrapolated guesses: unless the
 caller allows extrapolation, profiles never rely on them.
 
 Pure: values in, values out (writing profiles and plots is
-:mod:`autobatch.plan_output`'s job).
+:mod:`autobatch.cli.views`'s job).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from autobatch.curve import BatchCurve, PointKind
 from autobatch.errors import ConfigError
-from autobatch.plan.curve import BatchCurve, PointKind
 from autobatch.plan.sessions import SESSION_POLICIES, SessionsResult, simulate_sessions
 from autobatch.plan.simulator import ServiceModel, SimResult, Workload, simulate
 from autobatch.plan.slo import (
@@ -370,19 +370,19 @@ class LoadSpec:
     def __post_init__(self) -> None:
         if self.rate_rps is not None:
             if self.sessions is not None or self.fps is not None:
-                raise ConfigError("--rate and --sessions/--fps: give one load, not both")
+                raise ConfigError("rate and sessions/fps: give one load, not both")
             if not (math.isfinite(self.rate_rps) and self.rate_rps > 0):
-                raise ConfigError(f"--rate = {self.rate_rps!r}: must be a number > 0")
+                raise ConfigError(f"rate = {self.rate_rps!r}: must be a number > 0")
         elif (self.sessions is None) != (self.fps is None):
-            raise ConfigError("--sessions and --fps go together: give both")
+            raise ConfigError("sessions and fps go together: give both")
         elif self.sessions is not None:
             if self.sessions < 1:
-                raise ConfigError(f"--sessions = {self.sessions!r}: must be an integer >= 1")
+                raise ConfigError(f"sessions = {self.sessions!r}: must be an integer >= 1")
             assert self.fps is not None
             if not (math.isfinite(self.fps) and self.fps > 0):
-                raise ConfigError(f"--fps = {self.fps!r}: must be a number > 0")
+                raise ConfigError(f"fps = {self.fps!r}: must be a number > 0")
         else:
-            raise ConfigError("a load needs --rate, or --sessions with --fps")
+            raise ConfigError("a load needs rate, or sessions with fps")
 
     @property
     def offered_rps(self) -> float:
@@ -493,6 +493,25 @@ class Plan:
     def extrapolated_sizes(self) -> tuple[int, ...]:
         return tuple(g.batch_size for g in self.gains if g.kind is PointKind.EXTRAPOLATED)
 
+    def profile_documents(self) -> list[dict[str, Any]]:
+        """Each candidate as a profile file's content, with a description of what the plan
+        predicts for it (:func:`autobatch.profiles.write_profiles` writes them)."""
+        docs = []
+        for cand in self.candidates:
+            data = cand.profile.to_dict()
+            lat = cand.at_load.latency
+            p99 = "-" if lat is None else f"{lat.p99_ms:.1f}"
+            docs.append({
+                "name": data.pop("name"),
+                "description": (
+                    f"autobatch plan for curve {self.curve.name!r}, SLO p99 {self.slo_p99_ms:g} ms: "
+                    f"at {self.load.label}, p99 {p99} ms; within the SLO up to "
+                    f"{cand.max_rate_rps:.0f} rps"
+                ),
+                **data,
+            })
+        return docs
+
     def to_dict(self) -> dict[str, Any]:
         rec = self.recommended
         return {
@@ -553,9 +572,9 @@ def make_plan(
     if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or (
         max_batch_size < 1
     ):
-        raise ConfigError(f"--max-batch-size = {max_batch_size!r}: must be an integer >= 1")
+        raise ConfigError(f"max_batch_size = {max_batch_size!r}: must be an integer >= 1")
     if isinstance(instances, bool) or not isinstance(instances, int) or instances < 1:
-        raise ConfigError(f"--instances = {instances!r}: must be an integer >= 1")
+        raise ConfigError(f"instances = {instances!r}: must be an integer >= 1")
     service = ServiceModel(
         curve,
         batch_overhead_ms=batch_overhead_ms,

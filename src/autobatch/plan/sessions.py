@@ -121,7 +121,7 @@ def simulate_sessions(
     """Serve ``sessions`` streams at ``fps`` on one worker for ``duration_s``."""
     if policy not in SESSION_POLICIES:
         raise ConfigError(
-            f"--session-policy = {policy!r}: must be one of {', '.join(SESSION_POLICIES)}"
+            f"session_policy = {policy!r}: must be one of {', '.join(SESSION_POLICIES)}"
         )
     t_arr, sid_arr = stream_frames(sessions, fps, duration_s, seed)  # checks the three
     if max_batch_size is None:
@@ -129,7 +129,7 @@ def simulate_sessions(
     if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or (
         max_batch_size < 1
     ):
-        raise ConfigError(f"--max-batch-size = {max_batch_size!r}: must be an integer >= 1")
+        raise ConfigError(f"max_batch_size = {max_batch_size!r}: must be an integer >= 1")
     t = t_arr.tolist()
     sid = sid_arr.tolist()
     n = len(t)

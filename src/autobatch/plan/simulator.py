@@ -35,7 +35,7 @@ An instance is busy for the curve's time of the batch (times lognormal noise
 with ``noise_cv``, as the emulated accelerator does) plus a fixed cost per
 batch and per request. Every latency also gets a fixed cost that does not
 occupy the instance (the network, the client, the protocol). On a real server
-those costs are not zero: :func:`autobatch.measure.overheads_from_stats`
+those costs are not zero: :func:`autobatch.lab.measure.overheads_from_stats`
 measures them from Triton's own timers, and the simulator takes them as plain
 parameters rather than folding them into the curve.
 
@@ -54,8 +54,8 @@ from typing import Any
 
 import numpy as np
 
+from autobatch.curve import BatchCurve
 from autobatch.errors import ConfigError
-from autobatch.plan.curve import BatchCurve
 from autobatch.profiles import Profile, QueuePolicy
 from autobatch.schedule import Schedule, arrivals
 
@@ -232,9 +232,9 @@ def stream_frames(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Frame times and session ids of periodic streams with random phases, sorted by time."""
     if isinstance(sessions, bool) or not isinstance(sessions, int) or sessions < 1:
-        raise ConfigError(f"--sessions = {sessions!r}: must be an integer >= 1")
+        raise ConfigError(f"sessions = {sessions!r}: must be an integer >= 1")
     if not (math.isfinite(fps) and fps > 0):
-        raise ConfigError(f"--fps = {fps!r}: must be a number > 0")
+        raise ConfigError(f"fps = {fps!r}: must be a number > 0")
     if not (math.isfinite(duration_s) and duration_s > 0):
         raise ConfigError(f"duration_s = {duration_s!r}: must be a number > 0")
     period = 1.0 / fps
@@ -260,7 +260,7 @@ def _priorities(n: int, mix: Mapping[int, float] | None, seed: int) -> np.ndarra
     weights = np.array([mix[k] for k in levels], dtype=np.float64)
     if any(k < 0 for k in levels) or np.any(weights < 0) or weights.sum() <= 0:
         raise ConfigError(
-            f"--priority-mix = {dict(mix)!r}: levels must be >= 0 and shares >= 0, not all 0"
+            f"priority_mix = {dict(mix)!r}: levels must be >= 0 and shares >= 0, not all 0"
         )
     rng = np.random.default_rng([seed, 7])
     return np.array(levels, dtype=np.int64)[
@@ -857,7 +857,7 @@ def simulate(
     if instances is None:
         instances = profile.instance_count or 1
     if isinstance(instances, bool) or not isinstance(instances, int) or instances < 1:
-        raise ConfigError(f"--instances = {instances!r}: must be an integer >= 1")
+        raise ConfigError(f"instances = {instances!r}: must be an integer >= 1")
     if engine not in ENGINES:
         raise ConfigError(f"engine = {engine!r}: must be one of {', '.join(ENGINES)}")
     if workload.priority is not None:

@@ -18,8 +18,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from autobatch.curve import BatchCurve, PointKind
 from autobatch.errors import ConfigError
-from autobatch.plan.curve import BatchCurve, PointKind
 
 __all__ = [
     "ARTICLE_EXAMPLE",
@@ -89,11 +89,11 @@ class Budget:
 
 def _check(slo_p99_ms: float, network_ms: float, margin_frac: float) -> None:
     if not (math.isfinite(slo_p99_ms) and slo_p99_ms > 0):
-        raise ConfigError(f"--slo-p99-ms = {slo_p99_ms!r}: must be a number > 0")
+        raise ConfigError(f"slo_p99_ms = {slo_p99_ms!r}: must be a number > 0")
     if not (math.isfinite(network_ms) and network_ms >= 0):
-        raise ConfigError(f"--network-ms = {network_ms!r}: must be a number >= 0")
+        raise ConfigError(f"network_ms = {network_ms!r}: must be a number >= 0")
     if not (math.isfinite(margin_frac) and 0 <= margin_frac < 1):
-        raise ConfigError(f"--margin = {margin_frac!r}: must be a fraction in [0, 1)")
+        raise ConfigError(f"margin = {margin_frac!r}: must be a fraction in [0, 1)")
 
 
 def queue_budget(
@@ -111,7 +111,7 @@ def queue_budget(
     """
     _check(slo_p99_ms, network_ms, margin_frac)
     if batch_size < 1:
-        raise ConfigError(f"--max-batch-size = {batch_size!r}: must be >= 1")
+        raise ConfigError(f"max_batch_size = {batch_size!r}: must be >= 1")
     if isinstance(batch, BatchCurve):
         est = batch.estimate(batch_size)
         ms, kind = est.ms, est.kind

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Protocol
 
-from autobatch.plan.curve import BatchCurve
+from autobatch.curve import BatchCurve
 from autobatch.profiles import Profile
 
 __all__ = [

@@ -18,12 +18,13 @@ from typing import Protocol
 from autobatch.errors import ConfigError, ScrapeError, SignalError
 from autobatch.signals.window import StaleReason, Window
 
-__all__ = ["SOURCES", "SignalSource", "make_source", "watch", "windows"]
+__all__ = ["SignalSource", "check_polling", "watch", "windows"]
 
 
 class SignalSource(Protocol):
-    """What :func:`windows` polls: :class:`~autobatch.signals.TritonSource` or
-    :class:`~autobatch.signals.PrometheusSource`."""
+    """What :func:`windows` polls: a :class:`~autobatch.signals.TritonSource`, a
+    :class:`~autobatch.signals.PrometheusSource` or a
+    :class:`~autobatch.signals.variants.VariantsSource` (built by :mod:`autobatch.signals.factory`)."""
 
     model: str
     clock: Callable[[], float]
@@ -47,6 +48,15 @@ def _error_window(source: SignalSource, exc: SignalError, since_s: float) -> Win
     )
 
 
+def check_polling(interval_s: float, count: int | None = None) -> None:
+    """Refuse an interval that is not a positive number of seconds, or a count < 1."""
+    if not (isinstance(interval_s, (int, float)) and math.isfinite(interval_s) and interval_s > 0):
+        raise ConfigError(f"interval_s = {interval_s!r}: must be a number of seconds > 0",
+                          field="interval", value=interval_s)
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+        raise ConfigError(f"count = {count!r}: must be an integer >= 1", field="count", value=count)
+
+
 async def windows(
     source: SignalSource,
     interval_s: float,
@@ -63,11 +73,7 @@ async def windows(
     after the first successful poll is yielded as a stale window; with
     ``strict_first`` one before it is raised.
     """
-    if not (isinstance(interval_s, (int, float)) and math.isfinite(interval_s) and interval_s > 0):
-        raise ConfigError(f"interval_s = {interval_s!r}: must be a number of seconds > 0",
-                          field="interval", value=interval_s)
-    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
-        raise ConfigError(f"count = {count!r}: must be an integer >= 1", field="count", value=count)
+    check_polling(interval_s, count)
     start = monotonic()
     tick = 0
     produced = 0
@@ -118,54 +124,3 @@ def watch(
         return n
 
     return asyncio.run(run())
-
-
-SOURCES = ("triton", "prometheus")
-
-
-def make_source(
-    source: str,
-    url: str,
-    model: str,
-    *,
-    metrics_url: str | None = None,
-    utilization_url: str | None = None,
-    selector: str | None = None,
-    range_s: float | None = None,
-    max_age_s: float | None = None,
-) -> SignalSource:
-    """Build a source from command-line style options; errors name the flag and value."""
-    from autobatch.signals.prometheus import PrometheusSource
-    from autobatch.signals.triton import TritonSource, normalize_url
-
-    if source not in SOURCES:
-        raise ConfigError(f"--source = {source!r}: must be one of {', '.join(SOURCES)}",
-                          field="source", value=source)
-    if max_age_s is not None and not (math.isfinite(max_age_s) and max_age_s > 0):
-        raise ConfigError(f"--max-age = {max_age_s!r}: must be a number of seconds > 0",
-                          field="max_age", value=max_age_s)
-    url = normalize_url(url, "--url")
-    if source == "triton":
-        for flag, value in (("--selector", selector), ("--range", range_s)):
-            if value is not None:
-                raise ConfigError(f"{flag} = {value!r}: only applies with --source prometheus",
-                                  field=flag, value=value)
-        return TritonSource(
-            url,
-            model,
-            metrics_url=normalize_url(metrics_url, "--metrics-url") if metrics_url else None,
-            utilization_url=(
-                normalize_url(utilization_url, "--utilization-url") if utilization_url else None
-            ),
-            max_age_s=max_age_s,
-        )
-    for flag, value in (("--metrics-url", metrics_url), ("--utilization-url", utilization_url)):
-        if value is not None:
-            raise ConfigError(f"{flag} = {value!r}: only applies with --source triton "
-                              "(Prometheus already scrapes those endpoints)", field=flag, value=value)
-    if range_s is not None and not (math.isfinite(range_s) and range_s > 0):
-        raise ConfigError(f"--range = {range_s!r}: must be a number of seconds > 0",
-                          field="range", value=range_s)
-    return PrometheusSource(
-        url, model, selector=selector or "", range_s=range_s or 30.0, max_age_s=max_age_s
-    )

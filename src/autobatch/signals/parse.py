@@ -28,12 +28,14 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from autobatch.curve import BatchCurve
 from autobatch.errors import ScrapeError
 
 __all__ = [
     "COUNTERS",
     "MetricsSample",
     "StatsSample",
+    "curve_from_batch_stats",
     "parse_metrics",
     "parse_stats",
     "parse_utilization",
@@ -89,7 +91,7 @@ class StatsSample:
     """``(batch_size, executions, compute_infer ns)`` per batch size, ascending."""
 
     def batch_stats_rows(self) -> list[dict[str, Any]]:
-        """The rows in the endpoint's own shape, for :func:`autobatch.plan.curve.curve_from_batch_stats`."""
+        """The rows in the endpoint's own shape, for :func:`curve_from_batch_stats`."""
         return [
             {"batch_size": b, "compute_infer": {"count": c, "ns": ns}}
             for b, c, ns in self.batch_stats
@@ -264,3 +266,38 @@ def _count(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"count = {value!r}: must be an integer >= 0")
     return value
+
+
+def curve_from_batch_stats(
+    after: Any,
+    before: Any = None,
+    *,
+    name: str = "live",
+    min_count: int = 1,
+) -> BatchCurve | None:
+    """The batch curve seen by live traffic, from ``/v2/models/M/stats`` ``batch_stats``.
+
+    ``after`` (and optionally an earlier ``before``) are the ``batch_stats`` lists
+    of one model. With ``before``, only the executions in between count. A batch
+    size needs ``min_count`` executions to be a point. Returns None when no size
+    qualifies. The time is ``compute_infer``: the model's own run time, without
+    queueing, input copies or the client round trip.
+    """
+
+    def table(stats: Any) -> dict[int, tuple[int, int]]:
+        rows: dict[int, tuple[int, int]] = {}
+        for row in stats or []:
+            infer = row.get("compute_infer") or {}
+            rows[int(row["batch_size"])] = (int(infer.get("count", 0)), int(infer.get("ns", 0)))
+        return rows
+
+    now, then = table(after), table(before)
+    points: dict[int, float] = {}
+    for b, (count, ns) in now.items():
+        c0, ns0 = then.get(b, (0, 0))
+        dc, dns = count - c0, ns - ns0
+        if dc >= min_count and dc > 0 and dns > 0:
+            points[b] = dns / dc / 1e6
+    if not points:
+        return None
+    return BatchCurve(points=points, name=name, meta={"source": "batch_stats"})

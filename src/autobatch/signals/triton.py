@@ -37,11 +37,11 @@ import httpx
 
 from autobatch.config import URL_RULE, http_url
 from autobatch.errors import ConfigError, ScrapeError
-from autobatch.plan.curve import curve_from_batch_stats
 from autobatch.signals.parse import (
     COUNTERS,
     MetricsSample,
     StatsSample,
+    curve_from_batch_stats,
     parse_metrics,
     parse_stats,
     parse_utilization,

@@ -5,9 +5,11 @@
 * :mod:`.haproxy`: HAProxy's Runtime API over the stats socket;
 * :mod:`.kubernetes`: JSON patches of a Gateway API HTTPRoute or an Istio
   VirtualService, applied in-cluster or printed;
-* :mod:`.signals`: each variant's signals, and the combined window the policy sees;
-* :mod:`.settings`: ``actuator: {kind: gateway, ...}`` in the sidecar YAML;
-* :mod:`.launch`: a real HAProxy for tests and benchmarks, and its two setups.
+* :mod:`.settings`: ``actuator: {kind: gateway, ...}`` in the sidecar YAML.
+
+Each variant's signals (for the guard, and combined for the policy) live in
+:mod:`autobatch.signals.variants`; a real HAProxy for tests and benchmarks in
+:mod:`autobatch.lab.haproxy`.
 """
 
 from autobatch.actuators.gateway.core import (
@@ -36,10 +38,8 @@ from autobatch.actuators.gateway.haproxy import (
 from autobatch.actuators.gateway.settings import (
     GatewaySettings,
     build_gateway_actuator,
-    build_gateway_source,
     parse_gateway_options,
 )
-from autobatch.actuators.gateway.signals import VariantsSource, combine_windows
 
 __all__ = [
     "DEFAULT_STEPS",
@@ -53,12 +53,9 @@ __all__ = [
     "ServerState",
     "StepRecord",
     "Variant",
-    "VariantsSource",
     "Verdict",
     "WeightsBackend",
     "build_gateway_actuator",
-    "build_gateway_source",
-    "combine_windows",
     "holder",
     "judge",
     "parse_gateway_options",

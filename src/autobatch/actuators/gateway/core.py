@@ -44,6 +44,7 @@ from typing import Any, Protocol
 from autobatch.actuators.base import ActuationResult
 from autobatch.errors import ActuationError, AutobatchError, ConfigError, SignalError
 from autobatch.profiles import Profile
+from autobatch.signals.variants import StepSignals
 
 __all__ = [
     "DEFAULT_STEPS",
@@ -305,24 +306,6 @@ def judge(
         f"{requests:.0f} requests, mean {mean_txt}, p95 {p95_txt}, no failures",
         **figures,
     )
-
-
-class StepSignals(Protocol):
-    """One variant's signals, read around a step (see :mod:`autobatch.actuators.gateway.signals`)."""
-
-    async def begin(self) -> Any:
-        """A baseline taken just before the step; raises ``SignalError`` when unreadable."""
-        ...
-
-    async def window(self, baseline: Any) -> Any:
-        """The variant's window from ``baseline`` to now; raises ``SignalError`` when unreadable."""
-        ...
-
-    def p95_ms(self, baseline: Any) -> float | None:
-        """The summary p95 at the baseline, if the baseline carries one."""
-        ...
-
-    async def aclose(self) -> None: ...
 
 
 class Guard:

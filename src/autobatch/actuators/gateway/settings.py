@@ -58,6 +58,9 @@ from autobatch.actuators.gateway.core import (
 )
 from autobatch.config import Section
 from autobatch.errors import ConfigError
+from autobatch.profiles import Profile
+from autobatch.signals.factory import ReadTarget
+from autobatch.signals.variants import StepSignals
 
 __all__ = [
     "GATEWAYS",
@@ -66,7 +69,6 @@ __all__ = [
     "KubernetesSettings",
     "VariantSettings",
     "build_gateway_actuator",
-    "build_gateway_source",
     "parse_gateway_options",
 ]
 
@@ -84,6 +86,10 @@ class VariantSettings:
     metrics_url: str
     selector: Mapping[str, str] = field(default_factory=dict)
     """Extra PromQL matchers for this variant's replicas (``signals.source: prometheus``)."""
+
+    def read_target(self) -> ReadTarget:
+        """Where this variant's signals are read."""
+        return ReadTarget(self.model, self.http_url, self.metrics_url, self.selector)
 
 
 @dataclass(frozen=True)
@@ -121,6 +127,10 @@ class GatewaySettings:
     """None: shift without a guard (``guard: false``)."""
     haproxy: HAProxySettings | None = None
     kubernetes: KubernetesSettings | None = None
+
+    def read_targets(self) -> dict[str, ReadTarget]:
+        """Each variant's signals target, by profile name."""
+        return {v.profile: v.read_target() for v in self.variants}
 
     def variant(self, profile: str) -> VariantSettings:
         for v in self.variants:
@@ -259,78 +269,28 @@ def parse_gateway_options(
     )
 
 
-def _settings_of(config: Any) -> GatewaySettings:
-    g = getattr(config.actuator, "gateway", None)
-    if isinstance(g, GatewaySettings):
-        return g
-    return parse_gateway_options(
-        config.actuator.options,
-        source=config.source,
-        base=Path(config.source).resolve().parent,
-        model=config.model,
-        ladder=[p.name for p in config.profiles],
-        http_url=config.triton.http_url,
-        metrics_url=config.triton.metrics_url,
-        slo_p95_ms=config.policy.slo_p95_ms,
-    )
-
-
-def _variant_source(config: Any, v: VariantSettings, clock: Callable[[], float]) -> Any:
-    s = config.signals
-    if s.source == "prometheus":
-        from autobatch.signals.prometheus import PrometheusSource
-
-        matchers = {**s.selector, **v.selector}
-        return PrometheusSource(
-            s.prometheus_url or "",
-            v.model,
-            selector=",".join(f'{k}="{val}"' for k, val in sorted(matchers.items())),
-            range_s=s.range_s or max(2.0 * config.interval_s, 4.0),
-            clock=clock,
-            timeout_s=s.timeout_s,
-            max_age_s=config.policy.max_window_age_s,
-        )
-    from autobatch.signals.triton import TritonSource
-
-    return TritonSource(
-        v.http_url,
-        v.model,
-        metrics_url=v.metrics_url,
-        utilization_url=s.dcgm_url if s.utilization == "dcgm" else None,
-        clock=clock,
-        timeout_s=s.timeout_s,
-        max_age_s=config.policy.max_window_age_s,
-    )
-
-
-def build_gateway_source(config: Any, clock: Callable[[], float] = time.time) -> Any:
-    """The controller's source in gateway mode: every variant's signals, combined."""
-    from autobatch.actuators.gateway.signals import VariantsSource
-
-    settings = _settings_of(config)
-    return VariantsSource({v.profile: _variant_source(config, v, clock) for v in settings.variants},
-                          config.model)
-
-
 def build_gateway_actuator(
-    config: Any,
+    settings: GatewaySettings,
+    profiles: Sequence[Profile],
     *,
+    source: str,
+    step_signals: Callable[[], Mapping[str, StepSignals]] | None = None,
     clock: Callable[[], float] = time.monotonic,
-    wall_clock: Callable[[], float] = time.time,
     sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     out: Callable[[str], Any] = print,
     env: Mapping[str, str] | None = None,
     service_account_dir: Path | None = None,
     client_factory: Any = None,
 ) -> GatewayActuator:
-    """The gateway actuator a sidecar config describes (``autobatch run`` calls this).
+    """The gateway actuator ``settings`` describe (``autobatch run`` builds it through the controller).
 
-    ``env``, ``service_account_dir`` and ``client_factory`` locate the API server
-    (tests point them at a fake one); ``out`` receives printed patches.
+    ``step_signals`` builds each variant's signals for the guard (the controller
+    passes :func:`autobatch.signals.build_step_signals`); it is called only when
+    the guard is on and the backend moves traffic. ``source`` is the config file,
+    for error messages. ``env``, ``service_account_dir`` and ``client_factory``
+    locate the API server (tests point them at a fake one); ``out`` receives
+    printed patches.
     """
-    from autobatch.actuators.gateway.signals import PrometheusStepSignals, TritonStepSignals
-
-    settings = _settings_of(config)
     variants = {
         v.profile: Variant(profile=v.profile, target=v.target, model=v.model) for v in settings.variants
     }
@@ -344,17 +304,15 @@ def build_gateway_actuator(
             weight_scale=settings.haproxy.weight_scale,
         )
     else:
-        backend = _kubernetes_backend(config, settings, out, env, service_account_dir, client_factory)
+        backend = _kubernetes_backend(source, settings, out, env, service_account_dir, client_factory)
     guard = None
     if settings.guard is not None and backend.changes_traffic:
-        signals: dict[str, Any] = {}
-        for v in settings.variants:
-            src = _variant_source(config, v, wall_clock)
-            prometheus = config.signals.source == "prometheus"
-            signals[v.profile] = PrometheusStepSignals(src) if prometheus else TritonStepSignals(src)
-        guard = Guard(signals, settings.guard)
+        if step_signals is None:
+            raise ConfigError(f"{source}: actuator.guard: on, but no signals were given to judge steps by",
+                              source=source, field="actuator.guard")
+        guard = Guard(step_signals(), settings.guard)
     return GatewayActuator(
-        config.profiles,
+        profiles,
         variants,
         backend,
         guard=guard,
@@ -367,7 +325,7 @@ def build_gateway_actuator(
 
 
 def _kubernetes_backend(
-    config: Any,
+    source: str,
     settings: GatewaySettings,
     out: Callable[[str], Any],
     env: Mapping[str, str] | None,
@@ -389,9 +347,9 @@ def _kubernetes_backend(
     cluster = InCluster.detect(env, sa_dir or SERVICE_ACCOUNT_DIR) if k.apply != "print" else None
     if k.apply == "api" and cluster is None:
         raise ConfigError(
-            f"{config.source}: actuator.apply = 'api': not running in a Kubernetes pod "
+            f"{source}: actuator.apply = 'api': not running in a Kubernetes pod "
             "(no KUBERNETES_SERVICE_HOST or no service-account token); use apply: print or auto",
-            source=config.source, field="actuator.apply", value="api",
+            source=source, field="actuator.apply", value="api",
         )
     namespace = k.namespace or (cluster.namespace if cluster else None) or "default"
     ref = RouteRef(KINDS[k.kind], namespace, k.route, k.rule, k.api_version)
@@ -399,9 +357,9 @@ def _kubernetes_backend(
     if cluster is None:
         if manifest is None:
             raise ConfigError(
-                f"{config.source}: actuator.manifest: required outside a Kubernetes pod, where the "
+                f"{source}: actuator.manifest: required outside a Kubernetes pod, where the "
                 "patch is printed and the route's backends are read from the manifest",
-                source=config.source, field="actuator.manifest",
+                source=source, field="actuator.manifest",
             )
         return KubernetesRoute(ref, manifest=manifest, out=out)
     kwargs: dict[str, Any] = {"timeout_s": settings.request_timeout_s}

@@ -26,8 +26,10 @@ from typing import Any
 import httpx
 import numpy as np
 
-from autobatch.errors import ConfigError, TritonError
-from autobatch.plan.curve import BatchCurve, curve_from_batch_stats
+from autobatch.curve import BatchCurve
+from autobatch.errors import ConfigError, ServeError, TritonError
+from autobatch.lab.process import poll_until
+from autobatch.signals.parse import curve_from_batch_stats
 
 __all__ = [
     "CurveMeasurement",
@@ -192,17 +194,19 @@ def _wait_for_execution(
     client: httpx.Client, model: str, batch_size: int, count_before: int, timeout_s: float = 10.0
 ) -> tuple[int, int]:
     """Stats are updated as the response completes; poll until this run shows up."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+
+    def recorded() -> tuple[int, int] | None:
         row = _batch_counts(client, model).get(batch_size, (0, 0))
-        if row[0] > count_before:
-            return row
-        if time.monotonic() > deadline:
-            raise TritonError(
-                f"no execution of batch size {batch_size} recorded for {model!r}: another "
-                "client's requests may have merged with the measured ones"
-            )
-        time.sleep(0.001)
+        return row if row[0] > count_before else None
+
+    try:
+        return poll_until(recorded, timeout_s=timeout_s, interval_s=0.001,
+                          what=f"an execution of batch size {batch_size}")
+    except ServeError:
+        raise TritonError(
+            f"no execution of batch size {batch_size} recorded for {model!r}: another "
+            "client's requests may have merged with the measured ones"
+        ) from None
 
 
 def _triton_dtype(arr: np.ndarray) -> str:
@@ -225,7 +229,7 @@ def write_curve(curve: BatchCurve, path: str | Path) -> Path:
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text, encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"--out = {str(p)!r}: cannot write there: {exc.strerror or exc}") from exc
+        raise ConfigError(f"out = {str(p)!r}: cannot write there: {exc.strerror or exc}") from exc
     return p
 
 
@@ -253,7 +257,7 @@ def live_curve(
     twice, differenced; sizes executed fewer than ``min_count`` times are left out.
     None when the traffic formed no batch size often enough."""
     if not (window_s > 0):
-        raise ConfigError(f"--live-s = {window_s!r}: must be a number > 0")
+        raise ConfigError(f"live_s = {window_s!r}: must be a number > 0")
     url = http_url if "://" in http_url else f"http://{http_url}"
     own = client is None
     hc = client or httpx.Client(base_url=url, timeout=30.0)
@@ -385,6 +389,9 @@ def measure_overheads(
     from autobatch.load import run_load
     from autobatch.schedule import Schedule
 
+    for name, value in (("rate_rps", rate_rps), ("duration_s", duration_s)):
+        if not value > 0:
+            raise ConfigError(f"{name} = {value:g}: must be > 0", field=name, value=value)
     url = http_url if "://" in http_url else f"http://{http_url}"
     own = client is None
     hc = client or httpx.Client(base_url=url, timeout=30.0)

@@ -25,13 +25,10 @@ import contextlib
 import importlib.util
 import json
 import os
-import signal
 import socket
-import subprocess
 import sys
 import sysconfig
 import tempfile
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +37,7 @@ from typing import Any
 import httpx
 
 from autobatch.errors import ConfigError, ServeError
+from autobatch.lab.process import ManagedProcess, poll_until
 
 __all__ = [
     "EMULATOR_MODEL",
@@ -76,7 +74,7 @@ class TritonUrls:
 
 def project_root() -> Path:
     """The source checkout this package runs from (an editable install), if any."""
-    return Path(__file__).resolve().parents[2]
+    return Path(__file__).resolve().parents[3]
 
 
 def default_repository() -> Path:
@@ -193,8 +191,7 @@ class TritonServer:
         self.extra_args = list(extra_args)
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._log_path = Path(log_path) if log_path else None
-        self._log_file: Any = None
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc: ManagedProcess | None = None
 
     @classmethod
     def on_free_ports(cls, repository: str | Path | None = None, **kwargs: Any) -> TritonServer:
@@ -221,7 +218,7 @@ class TritonServer:
         return self._proc.pid if self._proc else None
 
     def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        return self._proc is not None and self._proc.running()
 
     def _check_inputs(self) -> list[str]:
         repo = self.repository
@@ -283,15 +280,8 @@ class TritonServer:
         ]
         cmd += [f"--load-model={m}" for m in startup_models]
         cmd += self.extra_args
-        self._log_file = open(self._log_path, "ab")  # noqa: SIM115 - closed in stop()
-        self._proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-            env=_environment(),
-            start_new_session=True,
-        )
+        self._proc = ManagedProcess("tritonserver", self._log_path)
+        self._proc.start(cmd, env=_environment())
         try:
             self._wait_ready(startup_models)
             if emulate:
@@ -302,25 +292,25 @@ class TritonServer:
         return self
 
     def _wait_ready(self, models: Sequence[str]) -> None:
-        deadline = time.monotonic() + self.startup_timeout_s
+        assert self._proc is not None
+        proc = self._proc
         with httpx.Client(base_url=self.urls.http, timeout=2.0) as client:
-            while True:
-                if self._proc is not None and self._proc.poll() is not None:
-                    raise ServeError(
-                        f"tritonserver exited with code {self._proc.returncode} during start-up: "
-                        f"{self.log_tail()}"
-                    )
+
+            def ready() -> bool:
                 with contextlib.suppress(httpx.HTTPError):
-                    if client.get("/v2/health/ready").status_code == 200 and all(
+                    return client.get("/v2/health/ready").status_code == 200 and all(
                         client.get(f"/v2/models/{m}/ready").status_code == 200 for m in models
-                    ):
-                        return
-                if time.monotonic() > deadline:
-                    raise ServeError(
-                        f"tritonserver was not ready after {self.startup_timeout_s:.0f} s: "
-                        f"{self.log_tail()}"
                     )
-                time.sleep(0.2)
+                return False
+
+            try:
+                poll_until(ready, timeout_s=self.startup_timeout_s, interval_s=0.2,
+                           what="tritonserver to be ready",
+                           check=lambda: proc.check_alive("during start-up"))
+            except ServeError as exc:
+                if not proc.running():
+                    raise
+                raise ServeError(f"{exc}: {self.log_tail()}") from None
 
     def load_emulator(self, curve: Any) -> None:
         """(Re)load the emulated accelerator with ``curve`` as its batch curve."""
@@ -347,31 +337,14 @@ class TritonServer:
 
     def stop(self) -> None:
         """SIGTERM the server, wait, then SIGKILL whatever is left of its process group."""
-        proc = self._proc
-        if proc is not None:
-            pgid = proc.pid
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=self.stop_timeout_s)
-                except subprocess.TimeoutExpired:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(pgid, signal.SIGKILL)
-                    proc.wait(timeout=10)
-            _reap_group(pgid)
+        if self._proc is not None:
+            self._proc.stop(self.stop_timeout_s)
             self._proc = None
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
 
     def kill(self) -> None:
         """SIGKILL the server and its stubs at once (a crash, for tests)."""
         if self._proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self._proc.pid, signal.SIGKILL)
-            self._proc.wait(timeout=10)
-            _reap_group(self._proc.pid)
+            self._proc.kill()
             self._proc = None
 
     def restart(self) -> None:
@@ -393,31 +366,3 @@ class TritonServer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live processes in a process group (read from /proc)."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # Fields after the parenthesised command: state ppid pgrp ...
-        fields = stat.rsplit(")", 1)[1].split()
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != "Z":
-            members.append(int(entry.name))
-    return members
-
-
-def _reap_group(pgid: int, timeout_s: float = 10.0) -> None:
-    """Make sure no stub outlives the server: kill the rest of its group and wait."""
-    deadline = time.monotonic() + timeout_s
-    while group_members(pgid):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
-        if time.monotonic() > deadline:
-            raise ServeError(f"processes of tritonserver group {pgid} survived SIGKILL")
-        time.sleep(0.05)

@@ -181,7 +181,7 @@ class EmulatedAcceleratorModel(_BatchModel):
     def setup(self, args: dict[str, Any]) -> None:
         import yaml
 
-        from autobatch.plan.curve import BatchCurve, load_curve
+        from autobatch.curve import BatchCurve, load_curve
 
         text = _param(args, "curve")
         path = _param(args, "curve_file")

@@ -1,5 +1,7 @@
 """Signals in gateway mode: every variant read on its own, for the guard and the policy.
 
+Built by :mod:`autobatch.signals.factory`; the gateway actuator only receives them.
+
 The guard judges one variant at a time (:class:`TritonStepSignals`,
 :class:`PrometheusStepSignals`). The controller's policy sees one window
 built from all of them (:class:`VariantsSource`, :func:`combine_windows`):
@@ -27,8 +29,9 @@ built from all of them (:class:`VariantsSource`, :func:`combine_windows`):
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
-from typing import Any
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 from autobatch.errors import ScrapeError
 from autobatch.signals.triton import TritonSample, TritonSource, window_between
@@ -36,6 +39,7 @@ from autobatch.signals.window import Window
 
 __all__ = [
     "PrometheusStepSignals",
+    "StepSignals",
     "TritonStepSignals",
     "VariantsSource",
     "combine_windows",
@@ -131,11 +135,14 @@ class VariantsSource:
     counts it and holds. Returns None until every variant has a baseline.
     """
 
-    def __init__(self, sources: Mapping[str, Any], model: str) -> None:
+    def __init__(
+        self, sources: Mapping[str, Any], model: str, *, clock: Callable[[], float] = time.time
+    ) -> None:
         if not sources:
             raise ValueError("VariantsSource needs at least one variant source")
         self.sources = dict(sources)
         self.model = model
+        self.clock = clock
 
     async def poll(self) -> Window | None:
         names = list(self.sources)
@@ -157,6 +164,24 @@ class VariantsSource:
     async def aclose(self) -> None:
         for source in self.sources.values():
             await source.aclose()
+
+
+class StepSignals(Protocol):
+    """One variant's signals, read around a gateway step (the guard's view)."""
+
+    async def begin(self) -> Any:
+        """A baseline taken just before the step; raises ``SignalError`` when unreadable."""
+        ...
+
+    async def window(self, baseline: Any) -> Any:
+        """The variant's window from ``baseline`` to now; raises ``SignalError`` when unreadable."""
+        ...
+
+    def p95_ms(self, baseline: Any) -> float | None:
+        """The summary p95 at the baseline, if the baseline carries one."""
+        ...
+
+    async def aclose(self) -> None: ...
 
 
 class TritonStepSignals:

@@ -23,18 +23,16 @@ with the next request.
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from autobatch.errors import ConfigError, ServeError
+from autobatch.lab.process import ManagedProcess, poll_until
 from autobatch.profiles import Profile
 
 __all__ = [
@@ -193,15 +191,14 @@ class HAProxyProcess:
         self.config_path = Path(self._tmp.name) / "haproxy.cfg"
         self.config_path.write_text(config_text, encoding="utf-8")
         self.log_path = Path(self._tmp.name) / "haproxy.log"
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._log: Any = None
+        self._proc = ManagedProcess("haproxy", self.log_path)
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc else None
+        return self._proc.pid
 
     def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        return self._proc.running()
 
     def start(self) -> HAProxyProcess:
         if self.running():
@@ -209,25 +206,15 @@ class HAProxyProcess:
         check_config(self.config_path)
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()  # a stale socket from a killed run
-        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
-        self._proc = subprocess.Popen(
-            [haproxy_binary(), "-f", str(self.config_path), "-db"],
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + self.startup_timeout_s
-        while not self._answers():
-            if self._proc.poll() is not None:
-                code = self._proc.returncode
-                self.stop()
-                raise ServeError(f"haproxy exited with code {code} at start-up: {self.log_tail()}")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise ServeError(f"haproxy's socket {self.socket_path} did not answer in "
-                                 f"{self.startup_timeout_s:g} s: {self.log_tail()}")
-            time.sleep(0.02)
+        self._proc.start([haproxy_binary(), "-f", str(self.config_path), "-db"])
+        try:
+            poll_until(self._answers, timeout_s=self.startup_timeout_s, interval_s=0.02,
+                       what=f"haproxy's socket {self.socket_path} to answer",
+                       check=lambda: self._proc.check_alive("at start-up"))
+        except ServeError as exc:
+            tail = self.log_tail()
+            self.stop()
+            raise ServeError(f"{exc}: {tail}" if tail not in str(exc) else str(exc)) from None
         return self
 
     def _answers(self) -> bool:
@@ -241,27 +228,10 @@ class HAProxyProcess:
             return False
 
     def log_tail(self, lines: int = 5) -> str:
-        try:
-            text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return "(no log)"
-        tail = [ln.strip() for ln in text.splitlines() if ln.strip()][-lines:]
-        return " | ".join(tail) if tail else "(empty log)"
+        return self._proc.log_tail(lines)
 
     def stop(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        self._proc.stop(10.0)
 
     def close(self) -> None:
         self.stop()

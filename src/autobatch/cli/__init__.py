@@ -1,0 +1,13 @@
+"""The ``autobatch`` command line, one module per command group.
+
+* :mod:`.sidecar`: ``run``, ``status``;
+* :mod:`.planner`: ``plan``, ``simulate``, ``replay``, ``render``;
+* :mod:`.traffic`: ``load``, ``watch``;
+* :mod:`.lab`: ``serve``, ``measure``, ``demo``;
+* :mod:`.views`: every table, live view and plot they print.
+"""
+
+from autobatch.cli import lab, planner, sidecar, traffic  # noqa: F401 - registers the commands
+from autobatch.cli.app import app, main
+
+__all__ = ["app", "main"]

@@ -1,0 +1,232 @@
+"""Lab commands: start the embedded Triton, measure a model's batch curve, run the demo."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from autobatch.cli.app import app, err, out, print_json, warn
+from autobatch.errors import AutobatchError, ConfigError
+
+
+class _Stop(Exception):
+    pass
+
+
+def _raise_stop(signum: int, frame: Any) -> None:
+    raise _Stop()
+
+
+def int_list(flag: str, text: str) -> tuple[int, ...]:
+    """``1,2,4`` as integers >= 1; a bad list names the option."""
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(f"{flag} = {text!r}: must be integers separated by commas") from None
+    if not values or any(v < 1 for v in values):
+        raise ConfigError(f"{flag} = {text!r}: must be integers >= 1 separated by commas")
+    return values
+
+
+@app.command()
+def serve(
+    repository: Annotated[
+        Path | None, typer.Option(help="Model repository (default: the project's model_repository/).")
+    ] = None,
+    host: Annotated[str, typer.Option(help="Address every endpoint binds.")] = "127.0.0.1",
+    http_port: Annotated[int, typer.Option(help="HTTP/REST port.")] = 8000,
+    grpc_port: Annotated[int, typer.Option(help="gRPC port.")] = 8001,
+    metrics_port: Annotated[int, typer.Option(help="Prometheus /metrics port.")] = 8002,
+    model: Annotated[
+        list[str] | None, typer.Option("--model", help="Load only this model (repeatable).")
+    ] = None,
+    emulate_curve: Annotated[
+        Path | None,
+        typer.Option(help="Batch curve file (curves/ format) for emulated_accelerator."),
+    ] = None,
+) -> None:
+    """Start the embedded Triton (from nvidia-pytriton) with every model loaded.
+
+    Example: autobatch serve --emulate-curve curves/laptop-512x288-fp16.yaml
+    """
+    from autobatch.curve import load_curve
+    from autobatch.lab.serve import TritonServer
+
+    curve = load_curve(emulate_curve) if emulate_curve else None
+    server = TritonServer(
+        repository,
+        host=host,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        metrics_port=metrics_port,
+        models=model,
+        emulate_curve=curve,
+    )
+    previous = signal.signal(signal.SIGTERM, _raise_stop)
+    try:
+        with err.status("starting tritonserver ..."):
+            server.start()
+        out.print(f"Triton ready (pid {server.pid}), models from {server.repository}")
+        out.print(f"  HTTP     {server.urls.http}")
+        out.print(f"  gRPC     {server.urls.grpc}")
+        out.print(f"  metrics  {server.urls.metrics}")
+        out.print(f"  log      {server.log_path}")
+        out.print("Ctrl-C or SIGTERM stops it.")
+        while server.running():
+            time.sleep(0.5)
+        raise AutobatchError(f"tritonserver exited unexpectedly: {server.log_tail()}")
+    except (_Stop, KeyboardInterrupt):
+        err.print("stopping tritonserver ...")
+    finally:
+        server.close()
+        signal.signal(signal.SIGTERM, previous)
+
+
+@app.command()
+def measure(
+    model: Annotated[str, typer.Option(help="Model to measure (keep other traffic off it).")],
+    url: Annotated[str, typer.Option(help="Triton's HTTP endpoint.")] = "http://127.0.0.1:8000",
+    batch_sizes: Annotated[
+        str, typer.Option(help="Batch sizes to measure, comma-separated.")
+    ] = "1,2,4,8,16,32",
+    warmup: Annotated[int, typer.Option(help="Discarded runs per size.")] = 3,
+    repeats: Annotated[int, typer.Option(help="Measured runs per size (the point is their median).")] = 10,
+    live_s: Annotated[
+        float | None,
+        typer.Option("--live-s", help="Instead: the curve live traffic shows over this many seconds."),
+    ] = None,
+    out_file: Annotated[
+        Path | None, typer.Option("--out", help="Write the curve here (.yaml, or .csv rows).")
+    ] = None,
+    overheads_for: Annotated[
+        Path | None,
+        typer.Option(help="Instead: what the server adds to this curve, under load (for simulate)."),
+    ] = None,
+    grpc_url: Annotated[str, typer.Option(help="Triton's gRPC host:port (--overheads-for).")] = (
+        "127.0.0.1:8001"
+    ),
+    rate: Annotated[float, typer.Option(help="Poisson load for --overheads-for, requests/s.")] = 50.0,
+    duration: Annotated[float, typer.Option(help="Seconds of load for --overheads-for.")] = 5.0,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the curve as JSON.")] = False,
+) -> None:
+    """Measure a model's batch curve through Triton's own per-batch-size timers.
+
+    One request carrying the whole batch at a time; the compute time comes from
+    /v2/models/M/stats batch_stats (not the client round trip); warm-up runs
+    are dropped and each point is the median of the repeats. With --live-s the
+    curve is what live traffic executed over that window instead. With
+    --overheads-for CURVE it sends Poisson load and prints what the server adds
+    to that curve, as `simulate`/`plan` options.
+
+    Example: autobatch measure --url http://127.0.0.1:8000 --model dense_mlp
+    --batch-sizes 1,2,4,8,16,32 --out curves/dense_mlp.yaml
+
+    Example: autobatch measure --model emulated_accelerator --overheads-for curves/laptop-256x144-fp16.yaml
+    --rate 100
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from autobatch.curve import load_curve
+    from autobatch.lab.measure import live_curve, measure_curve, measure_overheads, write_curve
+
+    if overheads_for is not None:
+        with err.status(f"sending {rate:g} rps to {model} for {duration:g} s ..."):
+            found = measure_overheads(grpc_url, url, model, load_curve(overheads_for),
+                                      rate_rps=rate, duration_s=duration)
+        if json_output:
+            print_json(found.to_dict())
+        else:
+            out.print(
+                f"--batch-overhead-ms {found.batch_overhead_ms:.3f} "
+                f"--request-overhead-ms {found.request_overhead_ms:.3f} "
+                f"--fixed-latency-ms {found.fixed_latency_ms:.3f}   "
+                f"({found.requests} requests, {found.executions} batches)"
+            )
+        return
+    if live_s is not None:
+        with err.status(f"reading batch_stats of {model} for {live_s:g} s ..."):
+            curve = live_curve(url, model, live_s)
+        if curve is None:
+            raise AutobatchError(
+                f"model {model!r} executed no batch size at least 3 times in {live_s:g} s: "
+                "send traffic or measure a longer window"
+            )
+        spreads: dict[int, float] = {}
+    else:
+        sizes = int_list("--batch-sizes", batch_sizes)
+        per_size = warmup + repeats
+        with Progress(
+            TextColumn("measuring {task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            console=err,
+            transient=True,
+        ) as progress:
+            task = progress.add_task(f"{model} batch {sizes[0]}", total=len(sizes) * per_size)
+            index = {b: i for i, b in enumerate(sizes)}
+
+            def step(batch_size: int, done: int) -> None:
+                progress.update(
+                    task,
+                    completed=index[batch_size] * per_size + done,
+                    description=f"{model} batch {batch_size}",
+                )
+
+            measured = measure_curve(url, model, sizes, warmup=warmup, repeats=repeats, on_step=step)
+        curve = measured.curve
+        spreads = {b: measured.spread(b) for b in sizes}
+    if out_file is not None:
+        write_curve(curve, out_file)
+    if json_output:
+        print_json({**curve.to_dict(), "spread": {str(b): round(v, 4) for b, v in spreads.items()}})
+        return
+    if out_file is None:
+        sys.stdout.write(curve.to_yaml())
+    else:
+        out.print(f"curve of {model} written to {out_file}")
+    for b, v in spreads.items():
+        if v > 0.2:
+            warn(f"batch {b} varied by {v:.0%} between repeats; the machine may be busy")
+
+
+@app.command()
+def demo(
+    schedule: Annotated[
+        Path | None, typer.Option(help="Load schedule (default: examples/schedules/step.yaml).")
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option(help="Sidecar config (default: examples/sidecar.yaml).")
+    ] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write the timeline as a PNG here.")] = None,
+    keep: Annotated[
+        Path | None, typer.Option(help="Keep the decision log in this folder.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the per-phase summary as JSON.")] = False,
+) -> None:
+    """Close the loop: embedded Triton + dense_mlp, the sidecar, a step load (~2 min).
+
+    Example: autobatch demo --plot timeline.png
+    """
+    from autobatch.cli.views import DemoView, plot_timeline, summary_table, switches_table
+    from autobatch.lab.demo import run_demo
+
+    console = err if as_json else out
+    done = run_demo(schedule_path=schedule, config_path=config, workdir=keep,
+                    observer=DemoView(console))
+    result = done.result
+    console.print(summary_table(result, "what each phase got, and the profile in force"))
+    if result.switches:
+        console.print(switches_table(result))
+    failed = sum(sum(p.failures.values()) for p in result.phases)
+    console.print(f"{len(result.report.records)} requests, {failed} failed. "
+                  f"Decision log: {done.decision_log or '(temporary)'}")
+    if plot is not None:
+        plot_timeline(result, plot)
+        console.print(f"timeline written to {plot}")
+    if as_json:
+        print_json(result.to_dict())

@@ -1,0 +1,264 @@
+"""Planner commands: plan, simulate, replay, render. Dry runs: nothing here touches a server."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from autobatch.cli.app import app, out, print_json
+from autobatch.cli.lab import int_list
+from autobatch.errors import ConfigError
+
+
+def _priority_mix(text: str | None) -> dict[int, float] | None:
+    if not text:
+        return None
+    mix: dict[int, float] = {}
+    for part in text.split(","):
+        level, _, share = part.partition(":")
+        try:
+            mix[int(level)] = float(share)
+        except ValueError:
+            raise ConfigError(
+                f"--priority-mix = {text!r}: must look like 1:0.2,2:0.8 (level:share, ...)"
+            ) from None
+    return mix
+
+
+@app.command()
+def simulate(
+    curve: Annotated[Path, typer.Option(help="Batch curve (YAML or CSV).")],
+    profile: Annotated[
+        Path | None, typer.Option(help="Profile YAML; or give --preferred/--max-batch-size/--delay-us.")
+    ] = None,
+    preferred: Annotated[str, typer.Option(help="Preferred batch sizes, comma-separated.")] = "",
+    max_batch_size: Annotated[int, typer.Option(help="Max batch size (without --profile).")] = 32,
+    delay_us: Annotated[int, typer.Option(help="max_queue_delay_microseconds (without --profile).")] = 0,
+    rate: Annotated[float | None, typer.Option(help="Poisson arrival rate, requests/s.")] = None,
+    duration: Annotated[float, typer.Option(help="Seconds of arrivals at --rate.")] = 60.0,
+    requests: Annotated[
+        int | None, typer.Option(help="Instead of --duration: this many requests at --rate.")
+    ] = None,
+    bursty: Annotated[int, typer.Option(help="Bursts of this many requests at --rate (0: Poisson).")] = 0,
+    schedule: Annotated[
+        Path | None, typer.Option(help="The phase schedule of `autobatch load` (same YAML).")
+    ] = None,
+    sessions: Annotated[int | None, typer.Option(help="Sessions workload: this many streams.")] = None,
+    fps: Annotated[float | None, typer.Option(help="Frames per second of each stream.")] = None,
+    session_policy: Annotated[
+        str, typer.Option(help="oldest-first or batch-waiting.")
+    ] = "oldest-first",
+    instances: Annotated[int | None, typer.Option(help="Model instances [profile's, or 1].")] = None,
+    priority_mix: Annotated[
+        str | None, typer.Option(help="Share of requests per priority level, e.g. 1:0.2,2:0.8.")
+    ] = None,
+    noise_cv: Annotated[float, typer.Option(help="Lognormal noise on each batch time (CV).")] = 0.0,
+    batch_overhead_ms: Annotated[float, typer.Option(help="Instance time per batch beyond the curve.")] = 0.0,
+    request_overhead_ms: Annotated[
+        float, typer.Option(help="Instance time per request beyond the curve.")
+    ] = 0.0,
+    fixed_latency_ms: Annotated[
+        float, typer.Option(help="Added to every latency (network, client); no instance time.")
+    ] = 0.0,
+    engine: Annotated[str, typer.Option(help="auto, triton, rules or general.")] = "auto",
+    seed: Annotated[int, typer.Option(help="Seed of arrivals and noise.")] = 0,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Simulate Triton's dynamic batcher on a batch curve: latency, throughput, batch sizes.
+
+    Workloads: Poisson (--rate), bursts (--rate --bursty 8), the phase schedule
+    of `autobatch load` (--schedule), or live sessions (--sessions --fps
+    --session-policy) that keep only their latest frame.
+
+    Example: autobatch simulate --curve curves/laptop-256x144-fp16.yaml
+    --profile profiles/emulated_accelerator/aggressive.yaml --rate 300 --json
+
+    Example: autobatch simulate --curve curves/laptop-512x288-fp16.yaml --sessions 4 --fps 30
+    --session-policy batch-waiting
+    """
+    from autobatch.cli.views import sessions_renderable, sim_renderable
+    from autobatch.curve import load_curve
+    from autobatch.plan.sessions import simulate_sessions
+    from autobatch.plan.simulator import ServiceModel, Workload
+    from autobatch.plan.simulator import simulate as run_simulation
+    from autobatch.profiles import Profile, load_profile
+    from autobatch.schedule import schedule_from_options
+
+    service = ServiceModel(
+        load_curve(curve),
+        batch_overhead_ms=batch_overhead_ms,
+        request_overhead_ms=request_overhead_ms,
+        fixed_latency_ms=fixed_latency_ms,
+        noise_cv=noise_cv,
+    )
+    given = [v for v in (rate, schedule, sessions) if v is not None]
+    if len(given) != 1:
+        raise ConfigError("give one workload: --rate R, --schedule FILE, or --sessions K --fps F")
+    if sessions is not None:
+        if fps is None:
+            raise ConfigError("--sessions needs --fps")
+        result = simulate_sessions(
+            service, sessions, fps, policy=session_policy, duration_s=duration,
+            max_batch_size=max_batch_size, seed=seed,
+        )
+        if json_output:
+            print_json(result.to_dict())
+        else:
+            out.print(sessions_renderable(result))
+        return
+    if profile is not None:
+        prof = load_profile(profile)
+    else:
+        prof = Profile(
+            name="cli",
+            max_batch_size=max_batch_size,
+            preferred_batch_size=int_list("--preferred", preferred) if preferred else (),
+            max_queue_delay_us=delay_us,
+            source="command line",
+        )
+    plan = schedule_from_options(
+        rate_rps=rate, duration_s=duration if rate is not None else None, path=schedule,
+        requests=requests, burst_size=bursty, allow_idle=False,
+    )
+    work = Workload.from_schedule(plan, seed, priority_mix=_priority_mix(priority_mix))
+    result = run_simulation(prof, service, work, instances=instances, seed=seed, engine=engine)
+    if json_output:
+        print_json({"profile": prof.to_dict(), "workload": work.label, **result.to_dict()})
+    else:
+        out.print(sim_renderable(result, f"{prof.summary()} on {service.curve.name}, {work.label}"))
+
+
+@app.command()
+def plan(
+    curve: Annotated[Path, typer.Option(help="Batch curve (YAML or CSV).")],
+    slo_p99_ms: Annotated[float, typer.Option(help="The latency SLO, p99, in ms.")],
+    network_ms: Annotated[float, typer.Option(help="Network and client overhead per request, ms.")],
+    rate: Annotated[float | None, typer.Option(help="The load to plan for: Poisson requests/s.")] = None,
+    sessions: Annotated[int | None, typer.Option(help="Or: this many streams ...")] = None,
+    fps: Annotated[float | None, typer.Option(help="... at this many frames per second.")] = None,
+    max_batch_size: Annotated[int, typer.Option(help="The model's max_batch_size.")] = 32,
+    margin: Annotated[float, typer.Option(help="Share of the budget kept back (0..1).")] = 0.4,
+    instances: Annotated[int, typer.Option(help="Model instances.")] = 1,
+    model: Annotated[str | None, typer.Option(help="Model name written into the profiles.")] = None,
+    allow_extrapolation: Annotated[
+        bool, typer.Option(help="Let profiles use batch sizes past the measured points.")
+    ] = False,
+    batch_overhead_ms: Annotated[float, typer.Option(help="Instance time per batch beyond the curve.")] = 0.0,
+    request_overhead_ms: Annotated[
+        float, typer.Option(help="Instance time per request beyond the curve.")
+    ] = 0.0,
+    seed: Annotated[int, typer.Option(help="Seed of the simulated arrivals.")] = 0,
+    write_profiles: Annotated[
+        Path | None, typer.Option(help="Write each candidate as DIR/<name>.yaml (sidecar format).")
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Overwrite existing profile files.")] = False,
+    plot: Annotated[Path | None, typer.Option(help="Draw latency against load per profile (PNG).")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+) -> None:
+    """Plan batching for a model: the SLO budget, whether batching pays, candidate profiles.
+
+    Predicted latencies come from the simulator of Triton's dynamic batcher and
+    include --network-ms, as the SLO does.
+
+    Example: autobatch plan --curve curves/laptop-256x144-fp16.yaml --slo-p99-ms 100
+    --network-ms 10 --rate 200 --write-profiles profiles/mymodel --plot plan.png
+    """
+    from autobatch.cli.views import plan_renderable, plot_plan
+    from autobatch.curve import load_curve
+    from autobatch.plan.planner import make_plan
+    from autobatch.profiles import write_profiles as write_profile_files
+
+    result = make_plan(
+        load_curve(curve),
+        slo_p99_ms,
+        network_ms,
+        rate_rps=rate,
+        sessions=sessions,
+        fps=fps,
+        max_batch_size=max_batch_size,
+        margin_frac=margin,
+        instances=instances,
+        model=model,
+        allow_extrapolation=allow_extrapolation,
+        batch_overhead_ms=batch_overhead_ms,
+        request_overhead_ms=request_overhead_ms,
+        seed=seed,
+    )
+    written = (
+        write_profile_files(result.profile_documents(), write_profiles, force=force)
+        if write_profiles else []
+    )
+    drawn = plot_plan(result, plot) if plot else None
+    if json_output:
+        print_json({**result.to_dict(), "written": [str(p) for p in written],
+                    "plot": None if drawn is None else str(drawn)})
+        return
+    out.print(plan_renderable(result))
+    for path in written:
+        out.print(f"wrote {path}")
+    if drawn is not None:
+        out.print(f"plotted {drawn}")
+
+
+@app.command()
+def replay(
+    config: Annotated[Path, typer.Option("--config", "-c", help="Sidecar YAML whose policy to replay.")],
+    trace: Annotated[
+        Path, typer.Option(help="JSON lines: `autobatch watch --json` output or a decision log.")
+    ],
+    initial: Annotated[
+        str | None, typer.Option(help="Profile live at the start (default: the trace's, else the first).")
+    ] = None,
+    show_all: Annotated[bool, typer.Option("--all", help="Show every tick, not only the changes.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON line per tick.")] = False,
+) -> None:
+    """Replay recorded windows through the sidecar's policy: what would it decide, and why.
+
+    Example: autobatch replay --config examples/sidecar.yaml --trace out/decisions.jsonl
+    """
+    from autobatch.cli.views import replay_summary, replay_table
+    from autobatch.config import read_text
+    from autobatch.controller.config import load_sidecar_config
+    from autobatch.plan.replay import parse_trace
+    from autobatch.plan.replay import replay as run_replay
+
+    cfg = load_sidecar_config(config)
+    lines = read_text(trace, what="a JSON-lines trace").splitlines()
+    steps = run_replay(
+        parse_trace(lines, str(trace)), cfg.policy, initial=initial, history_windows=cfg.history_windows
+    )
+    if as_json:
+        for st in steps:
+            print_json({"now_s": st.tick.now_s, "decision": st.decision.to_dict(),
+                        "active_after": st.active_after, "agrees_with_recording": st.agrees})
+        return
+    out.print(replay_table(steps, f"replay of {trace} through {config}", show_all=show_all))
+    for line in replay_summary(steps):
+        out.print(line)
+
+
+@app.command()
+def render(
+    profile: Annotated[Path, typer.Argument(help="Profile YAML (profiles/<model>/<name>.yaml).")],
+    base: Annotated[
+        Path | None,
+        typer.Option(help="config.pbtxt to merge into (default: the repository's config of the model)."),
+    ] = None,
+    repository: Annotated[Path | None, typer.Option(help="Model repository for the default base.")] = None,
+    override: Annotated[
+        bool, typer.Option("--override", help="Print the JSON body of POST .../load instead.")
+    ] = False,
+) -> None:
+    """Render a profile into a full config.pbtxt (or the load API's config override).
+
+    Example: autobatch render profiles/dense_mlp/aggressive.yaml > config.pbtxt
+    """
+    from autobatch.lab.serve import default_repository
+    from autobatch.profiles import render_profile
+
+    text = render_profile(profile, base=base, repository=repository or default_repository(),
+                          override=override)
+    sys.stdout.write(text)

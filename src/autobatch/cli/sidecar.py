@@ -1,0 +1,75 @@
+"""Sidecar commands: run the controller, read a running one's status."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from autobatch.cli.app import app, err, out, print_json
+from autobatch.errors import ConfigError
+
+
+@app.command()
+def run(
+    config: Annotated[Path, typer.Option("--config", "-c", help="Sidecar YAML (see examples/sidecar.yaml).")],
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Decide and log, but change nothing on the server.")
+    ] = False,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Run the sidecar: watch the model, decide, swap profiles; SIGTERM stops it.
+
+    Example: autobatch run --config examples/sidecar.yaml --dry-run
+    """
+    from autobatch.controller.app import run_sidecar
+    from autobatch.controller.config import load_sidecar_config
+
+    level = getattr(logging, log_level.upper(), None)
+    if not isinstance(level, int):
+        raise ConfigError(f"--log-level = {log_level!r}: must be debug, info, warning or error")
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # One line per HTTP request to Triton is noise at info level.
+    logging.getLogger("httpx").setLevel(max(level, logging.WARNING))
+    cfg = load_sidecar_config(config)
+
+    async def main_async() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+
+        def started(sidecar: Any) -> None:
+            mode = "dry run" if dry_run else cfg.actuator.kind
+            err.print(
+                f"autobatch sidecar for {cfg.model} ({mode}) on {sidecar.url}: "
+                f"/metrics /healthz /status POST /profile"
+            )
+
+        await run_sidecar(cfg, stop=stop, ready=started, dry_run=dry_run)
+        err.print("sidecar stopped")
+
+    asyncio.run(main_async())
+
+
+@app.command()
+def status(
+    url: Annotated[str, typer.Option(help="The sidecar's address.")] = "http://127.0.0.1:9400",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the raw JSON.")] = False,
+) -> None:
+    """Print a running sidecar's /status.
+
+    Example: autobatch status --url http://127.0.0.1:9400 --json
+    """
+    from autobatch.cli.views import status_table
+    from autobatch.controller.http import fetch_status
+
+    data = fetch_status(url)
+    if as_json:
+        print_json(data)
+        return
+    out.print(status_table(data))

@@ -1,0 +1,189 @@
+"""Traffic commands: send load to a Triton model, watch its windows live."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections import deque
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from autobatch.cli.app import app, err, out, print_json, warn
+from autobatch.errors import ConfigError
+
+
+@app.command()
+def load(
+    model: Annotated[str, typer.Option(help="Model to drive (must be READY on the server).")],
+    url: Annotated[
+        str | None,
+        typer.Option(help="Triton host:port [default: 127.0.0.1:8001 for grpc, :8000 for http]."),
+    ] = None,
+    rate: Annotated[
+        float | None, typer.Option(help="Constant Poisson arrival rate, requests/s.")
+    ] = None,
+    duration: Annotated[float | None, typer.Option(help="Seconds at --rate.")] = None,
+    schedule: Annotated[
+        Path | None,
+        typer.Option(help="Schedule YAML of phases instead of --rate/--duration."),
+    ] = None,
+    protocol: Annotated[str, typer.Option(help="grpc or http.")] = "grpc",
+    out_path: Annotated[
+        Path | None, typer.Option("--out", help="Write one JSON line per request here.")
+    ] = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the report as JSON on stdout.")
+    ] = False,
+    seed: Annotated[int, typer.Option(help="Seed of the arrival times and the inputs.")] = 0,
+    timeout_ms: Annotated[float, typer.Option(help="Per-request client timeout.")] = 10_000.0,
+    batch_size: Annotated[int, typer.Option(help="Batch dimension of every request.")] = 1,
+) -> None:
+    """Send open-loop load to a Triton model and report latency and failures per phase.
+
+    Requests go out at Poisson arrival times whether or not earlier ones have
+    returned. The run ends after the schedule plus a drain of the timeout + 1 s.
+    Warns (stderr) when the generator itself fell behind its schedule.
+
+    Example: autobatch load --url 127.0.0.1:8001 --model dense_mlp --rate 100 --duration 10
+
+    Example: autobatch load --model dense_mlp --schedule examples/schedules/step.yaml --out r.jsonl
+    """
+    from rich.live import Live
+
+    from autobatch.cli.views import LiveStatus, failure_lines, report_table
+    from autobatch.load import default_url, run_load
+    from autobatch.schedule import schedule_from_options
+
+    plan = schedule_from_options(rate_rps=rate, duration_s=duration, path=schedule)
+    if url is None:
+        url = default_url(protocol)
+
+    # First Ctrl-C ends the run early and still reports; a second one aborts.
+    stop = threading.Event()
+
+    def _on_sigint(signum: int, frame: Any) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+        err.print("stopping: draining in-flight requests (Ctrl-C again to abort) ...")
+
+    status = LiveStatus(plan)
+    previous = signal.signal(signal.SIGINT, _on_sigint)
+    try:
+        live = (
+            Live(status, console=err, refresh_per_second=4, transient=True)
+            if err.is_terminal
+            else contextlib.nullcontext()
+        )
+        with live:
+            report = run_load(
+                url,
+                model,
+                plan,
+                protocol=protocol,
+                seed=seed,
+                timeout_s=timeout_ms / 1000.0,
+                batch_size=batch_size,
+                out=out_path,
+                on_record=status.record,
+                stop=stop,
+            )
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+    if json_output:
+        print_json(report.to_dict())
+    else:
+        out.print(report_table(report))
+        for line in failure_lines(report):
+            out.print(f"failures in {line}", markup=False, highlight=False)
+        t = report.total
+        out.print(
+            f"{t.sent} requests sent, {t.ok} ok, {t.failed} failed; "
+            f"achieved {t.achieved_rps:.1f} rps of {t.target_rps:.1f} target"
+            + (f"; records in {out_path}" if out_path else "")
+        )
+    for warning in report.warnings:
+        warn(warning)
+
+
+@app.command()
+def watch(
+    url: Annotated[
+        str, typer.Option(help="Triton's HTTP endpoint (or Prometheus's, with --source prometheus).")
+    ],
+    model: Annotated[str, typer.Option(help="The model to watch (its versions are summed).")],
+    source: Annotated[str, typer.Option(help="triton (direct) or prometheus (fleet, PromQL).")] = (
+        "triton"
+    ),
+    metrics_url: Annotated[
+        str | None, typer.Option(help="Triton's /metrics [default: --url's host, port 8002].")
+    ] = None,
+    utilization_url: Annotated[
+        str | None, typer.Option(help="A dcgm-exporter /metrics for DCGM_FI_DEV_GPU_UTIL.")
+    ] = None,
+    selector: Annotated[
+        str | None, typer.Option(help='Prometheus only: extra label matchers, e.g. job="triton".')
+    ] = None,
+    range_s: Annotated[
+        float | None, typer.Option("--range", help="Prometheus only: rate() range, seconds [30].")
+    ] = None,
+    interval: Annotated[float, typer.Option(help="Seconds between samples.")] = 1.0,
+    count: Annotated[int | None, typer.Option(help="Stop after this many windows.")] = None,
+    max_age: Annotated[
+        float | None, typer.Option(help="Mark windows whose data is older than this stale (s).")
+    ] = None,
+    rows: Annotated[int, typer.Option(help="Windows kept on screen in the table.")] = 20,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="One JSON window per line (the replay trace format).")
+    ] = False,
+) -> None:
+    """Print live windows of one model: rates, batch size, queue time, p95, batch curve.
+
+    The --json lines are Window.to_dict() and read back with Window.from_dict:
+    the trace format of `autobatch replay`. Ctrl-C stops.
+
+    Example: autobatch watch --url 127.0.0.1:8000 --model dense_mlp --interval 2
+
+    Example: autobatch watch --source prometheus --url 127.0.0.1:9090 --model dense_mlp
+    --selector 'job="triton"' --json > trace.jsonl
+    """
+    from rich.live import Live
+
+    from autobatch.cli.views import window_table
+    from autobatch.signals import make_source
+    from autobatch.signals import watch as run_watch
+    from autobatch.signals.loop import check_polling
+
+    if rows < 1:
+        raise ConfigError(f"--rows = {rows}: must be >= 1")
+    check_polling(interval, count)
+    src = make_source(
+        source,
+        url,
+        model,
+        metrics_url=metrics_url,
+        utilization_url=utilization_url,
+        selector=selector,
+        range_s=range_s,
+        max_age_s=max_age,
+    )
+    try:
+        if json_output:
+            run_watch(src, interval, lambda w: print_json(w.to_dict()), count=count)
+            return
+        recent: deque[Any] = deque(maxlen=rows)
+        title = f"{model} via {source} {url}"
+        with Live(window_table(recent, title=title), console=out, auto_refresh=False) as live:
+
+            def show(window: Any) -> None:
+                recent.append(window)
+                live.update(window_table(recent, title=title), refresh=True)
+
+            run_watch(src, interval, show, count=count)
+    except KeyboardInterrupt:
+        # Ctrl-C is how a watch ends; it is not an error.
+        return

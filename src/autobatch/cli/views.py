@@ -1,0 +1,581 @@
+"""Every table, live view and plot the command line shows: the one place output is drawn.
+
+Library functions return values (a :class:`~autobatch.plan.planner.Plan`, a
+:class:`~autobatch.load.LoadReport`, a :class:`~autobatch.signals.Window`, a
+:class:`~autobatch.lab.closed_loop.ClosedLoopResult`, ...); the functions here
+turn them into rich renderables, or draw them with matplotlib (imported only
+when a plot is asked for).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from autobatch.curve import PointKind
+from autobatch.errors import ConfigError
+from autobatch.lab.closed_loop import ClosedLoopResult, Sample
+from autobatch.lab.demo import DemoSetup
+from autobatch.load.report import OK, LoadReport, RequestRecord
+from autobatch.plan.planner import Plan, VerdictKind
+from autobatch.plan.sessions import SessionsResult
+from autobatch.plan.simulator import SimResult
+from autobatch.schedule import Schedule
+from autobatch.signals.window import Window
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def _matplotlib() -> Any:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise ConfigError("plot: needs matplotlib: pip install 'autobatch[plot]'") from exc
+    return plt
+
+
+# -- planner: plan, simulate, sessions ---------------------------------------------------------
+
+
+_FLAG = {
+    PointKind.MEASURED: "",
+    PointKind.INTERPOLATED: "interpolated",
+    PointKind.EXTRAPOLATED: "EXTRAPOLATED",
+}
+
+
+def plan_renderable(plan: Plan) -> RenderableType:
+    parts: list[RenderableType] = []
+    b = plan.budget
+    parts.append(Text(f"Batch curve {plan.curve.name!r}: SLO p99 {plan.slo_p99_ms:g} ms, "
+                      f"network {plan.network_ms:g} ms, load: {plan.load.label}", style="bold"))
+    parts.append(Text(""))
+    parts.append(Text("The SLO equation (queue-delay budget)", style="bold"))
+    parts.append(Text("  budget = SLO p99 - time of one batch at the max batch size - network"))
+    parts.append(Text(f"  here:    {b.equation()}"))
+    parts.append(
+        Text(
+            f"  delay:   budget x (1 - margin {b.margin_frac:g}) = "
+            f"{b.delay_ms:.1f} ms  -> max_queue_delay_microseconds {b.delay_us}"
+        )
+    )
+    ex = plan.example
+    parts.append(
+        Text(
+            f"  (the reference article's example: SLO {ex.slo_p99_ms:g} - batch of "
+            f"{ex.batch_size} {ex.batch_ms:g} - network {ex.network_ms:g} = {ex.budget_ms:g} ms; "
+            f"with the margin, {ex.delay_ms:g} ms)"
+        )
+    )
+    parts.append(Text(""))
+
+    gains = Table(box=box.SIMPLE_HEAD, title="Batch gain per size (per-item time vs batch 1)",
+                  title_justify="left")
+    for col in ("batch", "ms/batch", "ms/item", "gain", "items/s", "point"):
+        gains.add_column(col, justify="right" if col != "point" else "left")
+    for g in plan.gains:
+        gains.add_row(
+            str(g.batch_size),
+            f"{g.ms:.2f}",
+            f"{g.per_item_ms:.3f}",
+            f"{g.gain:.2f}x",
+            f"{g.throughput_rps:.0f}",
+            _FLAG[g.kind],
+        )
+    parts.append(gains)
+    if plan.extrapolated_sizes and not plan.allow_extrapolation:
+        parts.append(
+            Text(
+                f"  sizes {', '.join(map(str, plan.extrapolated_sizes))} lie past the measured "
+                f"points: guesses, not used for profiles (measure them with `autobatch measure`, "
+                f"or pass --allow-extrapolation)"
+            )
+        )
+    parts.append(Text(""))
+    style = "bold red" if plan.verdict.kind is VerdictKind.LOSES else "bold green"
+    if plan.verdict.kind is VerdictKind.MARGINAL:
+        style = "bold yellow"
+    parts.append(Text(f"Verdict: {plan.verdict.message}", style=style))
+    fit = plan.largest_fit
+    if fit is None:
+        parts.append(Text(f"Largest batch that fits: none: even batch 1 breaks the SLO "
+                          f"({plan.curve.estimate(1).ms:.1f} ms + {plan.network_ms:g} ms network)"))
+    else:
+        flag = f", {fit.batch_kind.value}" if fit.batch_kind is not PointKind.MEASURED else ""
+        parts.append(
+            Text(
+                f"Largest batch whose run time fits: {fit.batch_size} "
+                f"({fit.batch_ms:.1f} ms{flag}; budget left {fit.budget_ms:.1f} ms)"
+            )
+        )
+    parts.append(Text(""))
+
+    cands = Table(
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        title=f"Candidate profiles (simulated; latency includes the {plan.network_ms:g} ms network)",
+        title_justify="left",
+    )
+    for col in ("profile", "pref", "max", "delay ms", "p50", "p95", "p99", "rps",
+                "batch", "max rps", ""):
+        cands.add_column(col, justify="left" if col in ("profile", "pref", "") else "right")
+    rec = plan.recommended
+    for c in plan.candidates:
+        lat = c.at_load.latency
+        mark = "recommended" if rec is not None and c is rec else ("" if c.meets_slo else "misses SLO")
+        cands.add_row(
+            c.profile.name,
+            ",".join(map(str, c.profile.preferred_batch_size)),
+            str(c.profile.max_batch_size),
+            f"{c.profile.max_queue_delay_us / 1000:.1f}",
+            _ms(lat and lat.p50_ms),
+            _ms(lat and lat.p95_ms),
+            _ms(lat and lat.p99_ms),
+            f"{c.at_load.throughput_rps:.1f}",
+            f"{c.at_load.mean_batch:.2f}",
+            f"{c.max_rate_rps:.0f}",
+            mark,
+        )
+    parts.append(cands)
+    parts.append(Text("  pref: preferred batch sizes; max: max batch size. p50/p95/p99 (ms), rps "
+                      "(throughput) and batch (mean size) at the given load; max rps: the highest "
+                      "Poisson rate with p99 within the SLO"))
+    if rec is None:
+        parts.append(Text("No candidate keeps p99 within the SLO at this load: only more "
+                          "instances or replicas help.", style="bold red"))
+    for s in plan.sessions:
+        parts.append(sessions_renderable(s))
+    return Group(*parts)
+
+
+def sim_renderable(result: SimResult, title: str) -> RenderableType:
+    t = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left")
+    for col in ("requests", "completed", "rejected", "thr rps", "p50", "p95", "p99", "max",
+                "queue p95", "mean batch", "util"):
+        t.add_column(col, justify="right")
+    lat, q = result.latency, result.queue
+    t.add_row(
+        str(result.requests),
+        str(result.completed),
+        str(result.rejected),
+        f"{result.throughput_rps:.1f}",
+        _ms(lat and lat.p50_ms),
+        _ms(lat and lat.p95_ms),
+        _ms(lat and lat.p99_ms),
+        _ms(lat and lat.max_ms),
+        _ms(q and q.p95_ms),
+        f"{result.mean_batch:.2f}",
+        f"{result.utilisation:.0%}",
+    )
+    parts: list[RenderableType] = [t]
+    if result.phases:
+        ph = Table(box=box.SIMPLE_HEAD, title="Per phase", title_justify="left")
+        for col in ("phase", "requests", "thr rps", "p50", "p95", "p99", "mean batch", "rejected"):
+            ph.add_column(col, justify="left" if col == "phase" else "right")
+        for p in result.phases:
+            pl = p.latency
+            ph.add_row(p.name, str(p.requests), f"{p.throughput_rps:.1f}", _ms(pl and pl.p50_ms),
+                       _ms(pl and pl.p95_ms), _ms(pl and pl.p99_ms), f"{p.mean_batch:.2f}",
+                       str(p.rejected))
+        parts.append(ph)
+    if result.priorities:
+        pr = Table(box=box.SIMPLE_HEAD, title="Per priority level", title_justify="left")
+        for col in ("level", "requests", "completed", "rejected", "p50", "p99"):
+            pr.add_column(col, justify="right")
+        for p in result.priorities:
+            pl = p.latency
+            pr.add_row(str(p.level), str(p.requests), str(p.completed), str(p.rejected),
+                       _ms(pl and pl.p50_ms), _ms(pl and pl.p99_ms))
+        parts.append(pr)
+    return Group(*parts)
+
+
+def sessions_renderable(result: SessionsResult) -> RenderableType:
+    t = Table(
+        box=box.SIMPLE_HEAD,
+        title=f"Sessions: {result.sessions} streams at {result.fps:g} fps, policy "
+        f"{result.policy} (mean batch {result.mean_batch:.2f}, device busy "
+        f"{result.utilisation:.0%})",
+        title_justify="left",
+    )
+    for col in ("session", "delivered fps", "overwritten", "p50 ms", "p99 ms"):
+        t.add_column(col, justify="right")
+    for s in result.per_session:
+        lat = s.latency
+        t.add_row(str(s.session), f"{s.fps:.2f}", f"{s.overwritten_frac:.1%}",
+                  _ms(lat and lat.p50_ms), _ms(lat and lat.p99_ms))
+    return t
+
+
+
+# -- plots of the planner ----------------------------------------------------------------
+
+
+def _sweeps(plan: Plan) -> Iterator[tuple[str, list[float], list[float], list[float]]]:
+    for c in plan.candidates:
+        pts = sorted(c.sweep, key=lambda p: p.rate_rps)
+        yield (
+            c.profile.name,
+            [p.rate_rps for p in pts],
+            [p.p50_ms for p in pts],
+            [p.p99_ms for p in pts],
+        )
+
+
+def plot_plan(plan: Plan, path: str | Path) -> Path:
+    """Latency (p50 dashed, p99 solid) against Poisson load, one colour per profile."""
+    plt = _matplotlib()
+    p = Path(path)
+    fig, ax = plt.subplots(figsize=(8, 5))
+    colours: dict[str, Any] = {}
+    for name, rates, p50, p99 in _sweeps(plan):
+        (line,) = ax.plot(rates, p99, marker="o", markersize=3, label=f"{name} p99")
+        colours[name] = line.get_color()
+        ax.plot(rates, p50, linestyle="--", color=line.get_color(), label=f"{name} p50")
+    ax.axhline(plan.slo_p99_ms, color="black", linewidth=1, label=f"SLO p99 {plan.slo_p99_ms:g} ms")
+    if plan.load.offered_rps:
+        ax.axvline(plan.load.offered_rps, color="grey", linewidth=1, linestyle=":",
+                   label=f"given load {plan.load.offered_rps:g} rps")
+    ax.set_ylim(0, plan.slo_p99_ms * 2)
+    ax.set_xlabel("Poisson arrival rate (requests/s)")
+    ax.set_ylabel("latency incl. network (ms)")
+    ax.set_title(f"{plan.curve.name}: simulated latency against load")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(p, dpi=110, bbox_inches="tight")
+    except OSError as exc:
+        raise ConfigError(f"plot = {str(p)!r}: cannot write there: {exc}") from exc
+    finally:
+        plt.close(fig)
+    return p
+
+
+# -- load ------------------------------------------------------------------------------------
+
+
+class LiveStatus:
+    """Counts completions (pass :meth:`record` as ``on_record``) and renders a progress
+    bar with the current phase; rich refreshes it from its own thread."""
+
+    def __init__(self, schedule: Schedule, clock: Callable[[], float] = time.monotonic) -> None:
+        self.schedule = schedule
+        self.clock = clock
+        self.started = clock()
+        self.done = 0
+        self.ok = 0
+        self.failures: Counter[str] = Counter()
+
+    def record(self, rec: RequestRecord) -> None:
+        # Called for every request on the event loop: count, nothing more.
+        self.done += 1
+        if rec.outcome == OK:
+            self.ok += 1
+        else:
+            self.failures[rec.outcome] += 1
+
+    def __rich__(self) -> RenderableType:
+        total_s = self.schedule.duration_s
+        elapsed = min(self.clock() - self.started, total_s)
+        i = self.schedule.phase_at(elapsed)
+        if i is None:
+            phase_txt = "draining"
+        else:
+            p = self.schedule.phases[i]
+            phase_txt = f"{p.name} @ {p.rate_rps:g} rps"
+        failed = sum(self.failures.values())
+        line = Text(
+            f"{elapsed:.1f}/{total_s:g} s  {phase_txt}  done {self.done} ok {self.ok} failed {failed}",
+            style="red" if failed else "",
+        )
+        return Group(ProgressBar(total=total_s, completed=elapsed, width=40), line)
+
+
+def failure_lines(report: LoadReport) -> list[str]:
+    """``phase: KIND n, KIND n`` for each phase with failures (the table only counts them)."""
+    return [
+        f"{p.name}: " + ", ".join(f"{kind} {n}" for kind, n in p.failures.items())
+        for p in report.phases
+        if p.failures
+    ]
+
+
+def report_table(report: LoadReport) -> Table:
+    """Per phase (and total): target vs sent rate, throughput, latency, lag, failures.
+
+    Sized for an 80-column terminal; the kinds of failures are listed by
+    :func:`failure_lines`, and ``--json`` has every figure.
+    """
+    table = Table(
+        title=(
+            f"{report.model} over {report.protocol} at {report.url}"
+            + ("  (stopped early)" if report.stopped else "")
+        ),
+        title_justify="left",
+        box=None,
+        padding=(0, 1),
+        pad_edge=False,
+        caption="ms: latency of ok requests; lag: generator send delay; !: behind",
+        caption_justify="left",
+    )
+    table.add_column("phase", no_wrap=True, max_width=16)
+    for name in ("target/s", "sent/s", "ok/s", "p50 ms", "p95 ms", "p99 ms", "lag p99", "failed"):
+        table.add_column(name, justify="right", no_wrap=True)
+    rows = list(report.phases)
+    if len(rows) > 1:
+        rows.append(report.total)
+    for p in rows:
+        table.add_row(
+            p.name,
+            f"{p.target_rps:.1f}",
+            Text(f"{p.achieved_rps:.1f}" + ("!" if p.behind else ""), style="red" if p.behind else ""),
+            f"{p.throughput_rps:.1f}",
+            _ms(p.p50_ms),
+            _ms(p.p95_ms),
+            _ms(p.p99_ms),
+            _ms(p.lag_p99_ms),
+            Text(str(p.failed), style="red" if p.failed else ""),
+            end_section=p is report.phases[-1] and len(rows) > 1,
+        )
+    return table
+
+
+# -- watch -----------------------------------------------------------------------------------
+
+
+def _num(v: float | None, fmt: str = "{:.1f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def _curve(w: Window, limit: int = 6) -> str:
+    if not w.batch_curve_ms:
+        return "-"
+    items = sorted(w.batch_curve_ms.items())
+    text = " ".join(f"{b}:{ms:.1f}" for b, ms in items[:limit])
+    return text + (" ..." if len(items) > limit else "")
+
+
+def window_table(windows: Iterable[Window], *, title: str | None = None) -> Table:
+    """A table of ``windows``; stale rows show why (in the last column) instead of numbers."""
+    table = Table(title=title, title_justify="left", header_style="bold")
+    for name in ("end", "s", "req/s", "fail/s", "batch", "queue ms", "compute ms",
+                 "request ms", "pending", "p95 ms", "p99 ms", "util", "curve ms (b:ms)"):
+        table.add_column(name, justify="left" if name.startswith(("end", "curve")) else "right")
+    for w in windows:
+        end = time.strftime("%H:%M:%S", time.localtime(w.end_s))
+        if w.stale:
+            detail = f"{w.stale_reason}: {w.stale_detail}" if w.stale_detail else w.stale_reason
+            table.add_row(end, f"{w.interval_s:.1f}", "[yellow]stale[/]", *[""] * 9,
+                          Text(str(detail), style="yellow"))
+            continue
+        pending = "-"
+        if w.pending_requests is not None:
+            pending = f"{w.pending_requests:g}"
+            if w.pending_delta:
+                pending += f" ({w.pending_delta:+g})"
+        table.add_row(
+            end,
+            f"{w.interval_s:.1f}",
+            f"{w.request_rps:.1f}",
+            f"{w.failures_rps:.1f}",
+            _num(w.mean_batch_size, "{:.2f}"),
+            _num(w.mean_queue_ms, "{:.2f}"),
+            _num(w.mean_compute_ms, "{:.2f}"),
+            _num(w.mean_request_ms, "{:.2f}"),
+            pending,
+            _num(w.p95_ms),
+            _num(w.p99_ms),
+            _num(None if w.utilization is None else w.utilization * 100, "{:.0f}%"),
+            _curve(w),
+        )
+    return table
+
+
+# -- demo ------------------------------------------------------------------------------------
+
+
+def demo_live_view(rows: deque[Sample], status: Any, slo_ms: float) -> Group:
+    table = Table(title="autobatch demo: dense_mlp under a step load", expand=False)
+    for col, justify in (("t s", "right"), ("phase", "left"), ("target/s", "right"),
+                         ("done/s", "right"), ("p95 ms", "right"), ("profile", "left"),
+                         ("decision", "left")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for s in rows:
+        p95 = "-" if s.p95_ms is None else f"{s.p95_ms:.0f}"
+        style = "red" if s.p95_ms is not None and s.p95_ms > slo_ms else ""
+        table.add_row(f"{s.t_s:.0f}", s.phase, f"{s.target_rps:.0f}", f"{s.completed_rps:.0f}",
+                      Text(p95, style=style), s.active or "-",
+                      f"{s.decision or '-'} ({s.reason or '-'})")
+    msg = ""
+    if status is not None and status.last_decision:
+        msg = status.last_decision.get("message", "")
+    return Group(table, Text(f"why: {msg}", overflow="fold"),
+                 Text(f"SLO p95 {slo_ms:g} ms (server side); the table shows client-side p95 "
+                      f"over the last 2 s", style="dim"))
+
+
+class DemoView:
+    """The demo's observer (:class:`autobatch.lab.demo.DemoObserver`): a spinner while
+    Triton starts, then a live table of the last samples."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def starting(self) -> AbstractContextManager[Any]:
+        return self.console.status("starting the embedded Triton with dense_mlp ...")
+
+    @contextlib.contextmanager
+    def running(self, setup: DemoSetup) -> Iterator[Callable[[Sample, Any], None]]:
+        cfg, schedule = setup.config, setup.schedule
+        self.console.print(
+            f"Triton {setup.triton_http} (gRPC {setup.triton_grpc}); sidecar ladder "
+            f"{' -> '.join(p.name for p in cfg.profiles)}; SLO p95 {cfg.policy.slo_p95_ms:g} ms; "
+            f"{' -> '.join(f'{p.rate_rps:g}/s for {p.duration_s:g} s' for p in schedule.phases)}"
+        )
+        rows: deque[Sample] = deque(maxlen=12)
+        with Live(console=self.console, refresh_per_second=2, transient=False) as live:
+
+            def on_sample(sample: Sample, status: Any) -> None:
+                rows.append(sample)
+                live.update(demo_live_view(rows, status, cfg.policy.slo_p95_ms))
+
+            yield on_sample
+        self.console.line()  # a piped Live leaves its last line open
+
+
+def summary_table(result: ClosedLoopResult, title: str | None = None) -> Table:
+    t = Table(title=title or f"per phase ({result.mode})")
+    for col in ("phase", "target/s", "done/s", "p50 ms", "p95 ms", "p99 ms", "> SLO", "failed",
+                "profile in force", "switch after"):
+        t.add_column(col, justify="left" if col in ("phase", "profile in force") else "right")
+    for p in result.phases:
+        prof = "\n".join(f"{k} {v:.0%}" for k, v in p.profiles.items())
+        t.add_row(
+            p.name, f"{p.target_rps:.0f}", f"{p.throughput_rps:.0f}",
+            _ms(p.p50_ms), _ms(p.p95_ms), _ms(p.p99_ms),
+            f"{p.over_slo / max(p.requests, 1):.1%}", str(sum(p.failures.values())), prof,
+            "-" if p.reaction_s is None else f"{p.reaction_s:.0f} s",
+        )
+    return t
+
+
+def switches_table(result: ClosedLoopResult) -> Table:
+    sw = Table(title="switches")
+    for col in ("t s", "to", "reason", "took s", "why"):
+        sw.add_column(col)
+    for s in result.switches:
+        sw.add_row(f"{s.t_s:.0f}", s.to, s.reason,
+                   "-" if s.duration_s is None else f"{s.duration_s:.1f}", s.message)
+    return sw
+
+
+def plot_timeline(result: ClosedLoopResult, path: Path) -> None:
+    """Latency, load and the live profile over time (matplotlib, the ``plot`` extra)."""
+    plt = _matplotlib()
+    recs = [r for r in result.report.records if r.sent_s is not None and r.latency_ms is not None]
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 6), sharex=True,
+                                   gridspec_kw={"height_ratios": [3, 1]})
+    ax1.scatter([r.sent_s for r in recs], [r.latency_ms for r in recs], s=2, alpha=0.3,
+                label="request latency (client)")
+    ts = [s.t_s for s in result.samples]
+    ax1.plot(ts, [s.p95_ms if s.p95_ms is not None else float("nan") for s in result.samples],
+             color="black", label="p95, last 2 s")
+    ax1.axhline(result.slo_p95_ms, color="red", linestyle="--", label="SLO p95")
+    ax1.set_yscale("log")
+    ax1.set_ylabel("ms")
+    ax1.legend(loc="upper right", fontsize=8)
+    for sw in result.switches:
+        for ax in (ax1, ax2):
+            ax.axvline(sw.t_s, color="gray", linewidth=0.8)
+        ax1.annotate(f"-> {sw.to}\n({sw.reason})", (sw.t_s, result.slo_p95_ms), fontsize=7,
+                     rotation=90, va="bottom")
+    ax2.step(ts, [s.target_rps for s in result.samples], where="post", label="offered /s")
+    ax2.plot(ts, [s.completed_rps for s in result.samples], label="completed /s")
+    ax2.set_xlabel("seconds")
+    ax2.legend(loc="upper right", fontsize=8)
+    fig.suptitle(f"{result.mode}: profile switches marked")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# -- the sidecar: status, replay ---------------------------------------------------------------
+
+
+def status_table(data: Mapping[str, Any]) -> Table:
+    """A running sidecar's ``/status`` JSON as a two-column table."""
+    table = Table(title=f"autobatch sidecar: {data.get('model')}", show_header=False)
+    decision = data.get("last_decision") or {}
+    window = data.get("last_window") or {}
+    rows = [
+        ("active profile", data.get("active_profile")),
+        ("pinned", data.get("pinned") or "-"),
+        ("last decision", f"{decision.get('action', '-')} ({decision.get('reason', '-')})"),
+        ("why", decision.get("message", "-")),
+        ("switches", data.get("switches")),
+        ("errors", ", ".join(f"{k}={v}" for k, v in (data.get("errors") or {}).items()) or "none"),
+    ]
+    for key in ("request_rps", "mean_queue_ms", "mean_batch_size", "pending_requests", "p95_ms"):
+        value = window.get(key)
+        rows.append((f"window {key}", "-" if value is None else f"{value:.3g}"))
+    for k, v in rows:
+        table.add_row(k, str(v))
+    return table
+
+
+def replay_table(steps: Sequence[Any], title: str, *, show_all: bool = False) -> Table:
+    """One row per replayed tick whose decision changed (every tick with ``show_all``)."""
+    t0 = steps[0].tick.now_s
+    table = Table(title=title)
+    for col in ("t s", "req/s", "queue ms", "batch", "pending", "p95 ms", "decision", "reason", "why"):
+        table.add_column(col, justify="left" if col in ("decision", "reason", "why") else "right")
+
+    def num(v: float | None, fmt: str = "{:.1f}") -> str:
+        return "-" if v is None else fmt.format(v)
+
+    previous = None
+    for st in steps:
+        d, w = st.decision, st.tick.window
+        key = (d.action, d.reason)
+        if not show_all and not d.switch and key == previous:
+            continue
+        previous = key
+        verb = f"switch -> {d.target}" if d.switch else f"hold {d.current}"
+        table.add_row(
+            f"{st.tick.now_s - t0:.0f}",
+            num(w.request_rps if w else None), num(w.mean_queue_ms if w else None),
+            num(w.mean_batch_size if w else None), num(w.pending_requests if w else None, "{:.0f}"),
+            num(w.p95_ms if w else None), verb, d.reason.value, d.message,
+        )
+    return table
+
+
+def replay_summary(steps: Sequence[Any]) -> list[str]:
+    """The lines under the replay table: switches by reason, agreement with the recording."""
+    switches = [st for st in steps if st.decision.switch]
+    by_reason: Counter[str] = Counter(st.decision.reason.value for st in switches)
+    lines = [f"{len(steps)} ticks, {len(switches)} switches "
+             f"({', '.join(f'{k} {v}' for k, v in by_reason.items()) or 'none'}); "
+             f"final profile {steps[-1].active_after}"]
+    recorded = [st.agrees for st in steps if st.agrees is not None]
+    if recorded:
+        lines.append(f"agrees with the recorded decisions on {sum(recorded)}/{len(recorded)} ticks")
+    return lines
