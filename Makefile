@@ -1,5 +1,5 @@
 # The two entry points of the README. Each installs what it needs first.
-.PHONY: demo test setup lint bench
+.PHONY: demo test test-unit setup lint bench results
 
 setup:
 	@scripts/setup.sh
@@ -15,3 +15,6 @@ lint: setup
 
 bench: setup
 	.venv/bin/python benchmarks/run_all.py
+
+results: setup
+	.venv/bin/python benchmarks/report.py

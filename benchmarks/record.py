@@ -1,0 +1,82 @@
+"""Saving a benchmark's result where the README's figures come from.
+
+Every benchmark ends with :func:`save_result`: one JSON file per run under
+``benchmarks/results/<benchmark>/<UTC time>.json`` holding the machine, the
+date, the command line, the full figures (``data``) and the rows it adds to the
+README's results table (``rows``: what, figure, command). ``make results``
+(:mod:`report`) regenerates that table from the newest run of each benchmark;
+where several saved runs hold a row with the same ``key`` and a numeric
+``value``, the table gives their range too.
+
+    from record import row, save_result
+    save_result("closed_loop", data, [row("step, share over the SLO", "0.4%", key="step_over", value=0.4)])
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+__all__ = ["RESULTS", "machine", "row", "save_result"]
+
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on: cores, CPU model, Python, OS."""
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cores": os.cpu_count(),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "system": f"{platform.system()} {platform.release()}",
+    }
+
+
+def row(what: str, figure: str, *, command: str | None = None, key: str | None = None,
+        value: float | None = None, unit: str = "") -> dict[str, Any]:
+    """One line of the README's results table. ``key``/``value`` let several runs give a range."""
+    out: dict[str, Any] = {"what": what, "figure": figure}
+    if command is not None:
+        out["command"] = command
+    if key is not None:
+        out["key"] = key
+        out["value"] = value
+        out["unit"] = unit
+    return out
+
+
+def save_result(benchmark: str, data: Any, rows: Sequence[dict[str, Any]] = (),
+                *, command: str | None = None) -> Path:
+    """Write this run's result; returns the file. ``command`` defaults to this process's argv."""
+    now = time.gmtime()
+    cmd = command or "python " + " ".join(shlex.quote(a) for a in [
+        os.path.relpath(sys.argv[0], Path(__file__).resolve().parents[1]), *sys.argv[1:]])
+    doc = {
+        "benchmark": benchmark,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", now),
+        "command": cmd,
+        "machine": machine(),
+        "rows": [{**r, "command": r.get("command", cmd)} for r in rows],
+        "data": data,
+    }
+    folder = RESULTS / benchmark
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / (time.strftime("%Y%m%d-%H%M%S", now) + ".json")
+    path.write_text(json.dumps(doc, indent=1, default=str) + "\n", encoding="utf-8")
+    print(f"result saved: {path.relative_to(RESULTS.parents[1])}", file=sys.stderr)
+    return path
