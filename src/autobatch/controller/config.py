@@ -114,166 +114,223 @@ def load_sidecar_config(path: str | Path) -> SidecarConfig:
 
 
 def sidecar_config_from_mapping(data: Any, source: str, base: Path) -> SidecarConfig:
+    """Read each settings group with its own parser, in the file's documented order."""
     top = Section(source, data)
     model = top.str("model")
-
-    tsec = top.section("triton", {})
-    triton = TritonEndpoints(
-        http_url=tsec.url("http_url", "http://127.0.0.1:8000"),
-        metrics_url=tsec.url("metrics_url", "http://127.0.0.1:8002/metrics"),
-        grpc_url=tsec.str("grpc_url", "127.0.0.1:8001"),
+    triton = _parse_triton(top.section("triton", {}))
+    profiles = _parse_profiles(top.section("profiles"), base, model)
+    slo = _parse_slo(top.section("slo"))
+    policy, loop = _parse_policy(top.section("policy", {}), base, profiles, slo)
+    signals = _parse_signals(top.section("signals", {}), loop, policy)
+    actuator = _parse_actuator(
+        top.section("actuator", {}), base, model=model, triton=triton, profiles=profiles, slo=slo
     )
-    host, _, port = triton.grpc_url.rpartition(":")
-    if "://" in triton.grpc_url or not host or not port.isdigit():
-        raise tsec.fail("grpc_url", triton.grpc_url, "must be HOST:PORT, e.g. 127.0.0.1:8001")
-    tsec.done()
-
-    psec = top.section("profiles")
-    pdir = _path(base, psec.str("dir"))
-    assert pdir is not None
-    if not pdir.is_dir():
-        raise psec.fail("dir", psec.data.get("dir"), f"profile directory {pdir} not found")
-    available = load_profiles(pdir)
-    names = psec.raw("ladder")
-    if not isinstance(names, list) or len(names) < 2:
-        raise psec.fail("ladder", names, "must list two or more profile names, most latency-oriented first")
-    ladder = []
-    for i, name in enumerate(names):
-        if name not in available:
-            raise psec.fail(
-                f"ladder[{i}]", name, f"no such profile in {pdir} (found: {', '.join(sorted(available))})"
-            )
-        if name in [q.name for q in ladder]:
-            raise psec.fail(f"ladder[{i}]", name, "is listed twice")
-        ladder.append(available[name])
-    for prof in ladder:
-        if prof.model and prof.model != model and pdir.name == prof.model:
-            raise psec.fail("dir", str(pdir), f"holds profiles of model {prof.model!r}, not {model!r}")
-    initial = psec.str("initial", None)
-    if initial is not None and initial not in names:
-        raise psec.fail("initial", initial, f"must be one of the ladder: {', '.join(names)}")
-    psec.done()
-
-    ssec = top.section("slo")
-    slo_p95 = ssec.float("p95_ms", min=0.0, min_exclusive=True)
-    slo_p99 = ssec.float("p99_ms", None, min=0.0, min_exclusive=True)
-    ssec.done()
-
-    pol = top.section("policy", {})
-    interval_s = pol.float("interval_s", 2.0, min=0.05)
-    history = pol.int("history_windows", 30, min=1)
-    curve: BatchCurve | None = None
-    curve_path = pol.str("curve", None)
-    if curve_path is not None:
-        cp = _path(base, curve_path)
-        assert cp is not None
-        curve = load_curve(cp)
-    defaults = PolicySettings.__dataclass_fields__
-    kwargs: dict[str, Any] = {}
-    for key in (
-        "headroom", "util_ceiling", "min_dwell_s", "settle_s", "p95_settle_s", "stabilization_s",
-        "max_window_age_s", "near_delay_ratio", "saturation_delay_ratio", "saturation_min_queue_ms",
-        "capacity_margin", "min_gain", "failure_rps_threshold",
-    ):
-        kwargs[key] = pol.float(key, defaults[key].default, min=0.0)
-    for key in ("headroom", "util_ceiling"):
-        if kwargs[key] > 1.0:
-            raise pol.fail(key, kwargs[key], "must be a fraction in [0, 1]")
-    kwargs["confirmations"] = pol.int("confirmations", defaults["confirmations"].default, min=1)
-    reasons = pol.raw("failure_reasons", list(defaults["failure_reasons"].default))
-    if not isinstance(reasons, list) or not all(isinstance(r, str) for r in reasons):
-        raise pol.fail("failure_reasons", reasons, "must be a list of Triton failure reasons")
-    kwargs["failure_reasons"] = tuple(reasons)
-    pol.done()
-    policy = PolicySettings(
-        ladder=tuple(ladder), slo_p95_ms=slo_p95, slo_p99_ms=slo_p99, curve=curve, **kwargs
-    )
-
-    sig = top.section("signals", {})
-    selector = sig.raw("selector", {})
-    if not isinstance(selector, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in selector.items()
-    ):
-        raise sig.fail("selector", selector, "must map label names to string values")
-    range_s = sig.float("range_s", None, min=0.0, min_exclusive=True)
-    signals = SignalSettings(
-        source=sig.str("source", "triton", choices=SOURCES),
-        prometheus_url=sig.url("prometheus_url", None),
-        selector=dict(selector),
-        # rate() over at least two scrapes of the interval, and never under 4 s.
-        range_s=range_s or max(2.0 * interval_s, 4.0),
-        utilization=sig.str("utilization", "auto", choices=UTILIZATION),
-        dcgm_url=sig.url("dcgm_url", None),
-        timeout_s=sig.float("timeout_s", 2.0, min=0.0, min_exclusive=True),
-        max_age_s=policy.max_window_age_s,
-    )
-    if signals.source == "prometheus" and not signals.prometheus_url:
-        raise sig.fail("prometheus_url", None, "is required when source is prometheus")
-    if signals.utilization == "dcgm" and not signals.dcgm_url:
-        raise sig.fail("dcgm_url", None, "is required when utilization is dcgm")
-    sig.done()
-
-    act = top.section("actuator", {})
-    kind = act.str("kind", "triton", choices=("triton", "dry-run", "gateway"))
-    mode = act.str("mode", "override", choices=("override", "file"))
-    load_api = act.str("load_api", "grpc", choices=("grpc", "http"))
-    repo = _path(base, act.str("repository", None))
-    if mode == "file" and repo is None:
-        raise act.fail("repository", None, "is required when mode is file")
-    if repo is not None and not (repo / model / "config.pbtxt").is_file():
-        raise act.fail("repository", str(repo), f"has no {model}/config.pbtxt")
-    timeout = act.float("timeout_s", 120.0, min=0.0, min_exclusive=True)
-    common = ("kind", "mode", "repository", "timeout_s", "load_api")
-    options = {k: v for k, v in act.data.items() if k not in common}
-    for k in options:
-        act.raw(k)
-    if kind != "gateway" and options:
-        raise act.fail(next(iter(options)), options[next(iter(options))], f"unknown field for kind {kind}")
-    gateway = None
-    if kind == "gateway":
-        gateway = parse_gateway_options(
-            options,
-            source=source,
-            base=base,
-            model=model,
-            ladder=[p.name for p in ladder],
-            http_url=triton.http_url,
-            metrics_url=triton.metrics_url,
-            slo_p95_ms=slo_p95,
-        )
-    actuator = ActuatorSettings(
-        kind=kind, mode=mode, repository=repo, timeout_s=timeout, options=options, gateway=gateway,
-        load_api=load_api,
-    )
-    act.done()
-
-    srv = top.section("server", {})
-    listen = srv.str("listen", "127.0.0.1:9400")
-    host, _, port_text = listen.rpartition(":")
-    if not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise srv.fail("listen", listen, "must be HOST:PORT, e.g. 127.0.0.1:9400")
-    token_file = _path(base, srv.str("token_file", None))
-    if token_file is not None and not token_file.is_file():
-        raise srv.fail("token_file", str(token_file), "file not found")
-    server = ServerSettings(host=host, port=int(port_text), token_file=token_file)
-    srv.done()
-
-    log = _path(base, top.str("decision_log", None))
+    server = _parse_server(top.section("server", {}), base)
+    log = _parse_decision_log(top, base)
     top.done()
     return SidecarConfig(
         source=source,
         model=model,
         triton=triton,
-        profiles=tuple(ladder),
+        profiles=profiles.ladder,
         policy=policy,
-        interval_s=interval_s,
-        history_windows=history,
-        initial_profile=initial,
+        interval_s=loop.interval_s,
+        history_windows=loop.history_windows,
+        initial_profile=profiles.initial,
         signals=signals,
         actuator=actuator,
         server=server,
         decision_log=log,
     )
+
+
+# -- one parser per settings group ------------------------------------------------------
+# Each reads its section field by field and ends with ``done()`` (no unknown keys), so a
+# section's checks sit together and the order of errors is the order of the file.
+
+
+@dataclass(frozen=True)
+class _Ladder:
+    ladder: tuple[Profile, ...]
+    initial: str | None
+
+
+@dataclass(frozen=True)
+class _Slo:
+    p95_ms: float
+    p99_ms: float | None
+
+
+@dataclass(frozen=True)
+class _Loop:
+    interval_s: float
+    history_windows: int
+
+
+def _parse_triton(sec: Section) -> TritonEndpoints:
+    triton = TritonEndpoints(
+        http_url=sec.url("http_url", "http://127.0.0.1:8000"),
+        metrics_url=sec.url("metrics_url", "http://127.0.0.1:8002/metrics"),
+        grpc_url=sec.str("grpc_url", "127.0.0.1:8001"),
+    )
+    host, _, port = triton.grpc_url.rpartition(":")
+    if "://" in triton.grpc_url or not host or not port.isdigit():
+        raise sec.fail("grpc_url", triton.grpc_url, "must be HOST:PORT, e.g. 127.0.0.1:8001")
+    sec.done()
+    return triton
+
+
+def _parse_profiles(sec: Section, base: Path, model: str) -> _Ladder:
+    pdir = _path(base, sec.str("dir"))
+    assert pdir is not None
+    if not pdir.is_dir():
+        raise sec.fail("dir", sec.data.get("dir"), f"profile directory {pdir} not found")
+    available = load_profiles(pdir)
+    names = sec.raw("ladder")
+    if not isinstance(names, list) or len(names) < 2:
+        raise sec.fail("ladder", names, "must list two or more profile names, most latency-oriented first")
+    ladder: list[Profile] = []
+    for i, name in enumerate(names):
+        if name not in available:
+            raise sec.fail(
+                f"ladder[{i}]", name, f"no such profile in {pdir} (found: {', '.join(sorted(available))})"
+            )
+        if name in [q.name for q in ladder]:
+            raise sec.fail(f"ladder[{i}]", name, "is listed twice")
+        ladder.append(available[name])
+    for prof in ladder:
+        if prof.model and prof.model != model and pdir.name == prof.model:
+            raise sec.fail("dir", str(pdir), f"holds profiles of model {prof.model!r}, not {model!r}")
+    initial = sec.str("initial", None)
+    if initial is not None and initial not in names:
+        raise sec.fail("initial", initial, f"must be one of the ladder: {', '.join(names)}")
+    sec.done()
+    return _Ladder(tuple(ladder), initial)
+
+
+def _parse_slo(sec: Section) -> _Slo:
+    slo = _Slo(
+        p95_ms=sec.float("p95_ms", min=0.0, min_exclusive=True),
+        p99_ms=sec.float("p99_ms", None, min=0.0, min_exclusive=True),
+    )
+    sec.done()
+    return slo
+
+
+_POLICY_FLOATS = (
+    "headroom", "util_ceiling", "min_dwell_s", "settle_s", "p95_settle_s", "stabilization_s",
+    "max_window_age_s", "near_delay_ratio", "saturation_delay_ratio", "saturation_min_queue_ms",
+    "capacity_margin", "min_gain", "failure_rps_threshold",
+)
+
+
+def _parse_policy(sec: Section, base: Path, profiles: _Ladder, slo: _Slo) -> tuple[PolicySettings, _Loop]:
+    loop = _Loop(
+        interval_s=sec.float("interval_s", 2.0, min=0.05),
+        history_windows=sec.int("history_windows", 30, min=1),
+    )
+    curve: BatchCurve | None = None
+    curve_path = _path(base, sec.str("curve", None))
+    if curve_path is not None:
+        curve = load_curve(curve_path)
+    defaults = PolicySettings.__dataclass_fields__
+    kwargs: dict[str, Any] = {key: sec.float(key, defaults[key].default, min=0.0) for key in _POLICY_FLOATS}
+    for key in ("headroom", "util_ceiling"):
+        if kwargs[key] > 1.0:
+            raise sec.fail(key, kwargs[key], "must be a fraction in [0, 1]")
+    kwargs["confirmations"] = sec.int("confirmations", defaults["confirmations"].default, min=1)
+    reasons = sec.raw("failure_reasons", list(defaults["failure_reasons"].default))
+    if not isinstance(reasons, list) or not all(isinstance(r, str) for r in reasons):
+        raise sec.fail("failure_reasons", reasons, "must be a list of Triton failure reasons")
+    kwargs["failure_reasons"] = tuple(reasons)
+    sec.done()
+    policy = PolicySettings(
+        ladder=profiles.ladder, slo_p95_ms=slo.p95_ms, slo_p99_ms=slo.p99_ms, curve=curve, **kwargs
+    )
+    return policy, loop
+
+
+def _parse_signals(sec: Section, loop: _Loop, policy: PolicySettings) -> SignalSettings:
+    selector = sec.raw("selector", {})
+    if not isinstance(selector, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in selector.items()
+    ):
+        raise sec.fail("selector", selector, "must map label names to string values")
+    range_s = sec.float("range_s", None, min=0.0, min_exclusive=True)
+    signals = SignalSettings(
+        source=sec.str("source", "triton", choices=SOURCES),
+        prometheus_url=sec.url("prometheus_url", None),
+        selector=dict(selector),
+        # rate() over at least two scrapes of the interval, and never under 4 s.
+        range_s=range_s or max(2.0 * loop.interval_s, 4.0),
+        utilization=sec.str("utilization", "auto", choices=UTILIZATION),
+        dcgm_url=sec.url("dcgm_url", None),
+        timeout_s=sec.float("timeout_s", 2.0, min=0.0, min_exclusive=True),
+        max_age_s=policy.max_window_age_s,
+    )
+    if signals.source == "prometheus" and not signals.prometheus_url:
+        raise sec.fail("prometheus_url", None, "is required when source is prometheus")
+    if signals.utilization == "dcgm" and not signals.dcgm_url:
+        raise sec.fail("dcgm_url", None, "is required when utilization is dcgm")
+    sec.done()
+    return signals
+
+
+_ACTUATOR_COMMON = ("kind", "mode", "repository", "timeout_s", "load_api")
+
+
+def _parse_actuator(
+    sec: Section, base: Path, *, model: str, triton: TritonEndpoints, profiles: _Ladder, slo: _Slo
+) -> ActuatorSettings:
+    kind = sec.str("kind", "triton", choices=("triton", "dry-run", "gateway"))
+    mode = sec.str("mode", "override", choices=("override", "file"))
+    load_api = sec.str("load_api", "grpc", choices=("grpc", "http"))
+    repo = _path(base, sec.str("repository", None))
+    if mode == "file" and repo is None:
+        raise sec.fail("repository", None, "is required when mode is file")
+    if repo is not None and not (repo / model / "config.pbtxt").is_file():
+        raise sec.fail("repository", str(repo), f"has no {model}/config.pbtxt")
+    timeout = sec.float("timeout_s", 120.0, min=0.0, min_exclusive=True)
+    # Whatever is not common belongs to the kind (only the gateway takes any).
+    options = {k: v for k, v in sec.data.items() if k not in _ACTUATOR_COMMON}
+    for k in options:
+        sec.raw(k)
+    if kind != "gateway" and options:
+        first = next(iter(options))
+        raise sec.fail(first, options[first], f"unknown field for kind {kind}")
+    gateway = None
+    if kind == "gateway":
+        gateway = parse_gateway_options(
+            options,
+            source=sec.source,
+            base=base,
+            model=model,
+            ladder=[p.name for p in profiles.ladder],
+            http_url=triton.http_url,
+            metrics_url=triton.metrics_url,
+            slo_p95_ms=slo.p95_ms,
+        )
+    sec.done()
+    return ActuatorSettings(
+        kind=kind, mode=mode, repository=repo, timeout_s=timeout, options=options, gateway=gateway,
+        load_api=load_api,
+    )
+
+
+def _parse_server(sec: Section, base: Path) -> ServerSettings:
+    listen = sec.str("listen", "127.0.0.1:9400")
+    host, _, port_text = listen.rpartition(":")
+    if not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise sec.fail("listen", listen, "must be HOST:PORT, e.g. 127.0.0.1:9400")
+    token_file = _path(base, sec.str("token_file", None))
+    if token_file is not None and not token_file.is_file():
+        raise sec.fail("token_file", str(token_file), "file not found")
+    sec.done()
+    return ServerSettings(host=host, port=int(port_text), token_file=token_file)
+
+
+def _parse_decision_log(top: Section, base: Path) -> Path | None:
+    return _path(base, top.str("decision_log", None))
 
 
 def read_token(path: Path | None) -> str | None:
