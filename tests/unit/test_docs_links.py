@@ -1,0 +1,86 @@
+"""The docs stay walkable: every relative link resolves, and nothing points outside the repository."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = sorted([ROOT / "README.md", ROOT / "CONTRIBUTING.md", *(ROOT / "docs").glob("*.md")])
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+FENCE = re.compile(r"^(```|~~~).*?^\1", re.S | re.M)
+CODE = re.compile(r"`[^`\n]*`")
+
+
+def _text(path: Path) -> str:
+    """The page without code: links inside code blocks and spans are examples, not links."""
+    return CODE.sub("", FENCE.sub("", path.read_text(encoding="utf-8")))
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = heading.strip().lower().replace("`", "")
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    text = FENCE.sub("", path.read_text(encoding="utf-8"))
+    return {slug(m.group(1)) for m in re.finditer(r"^#{1,6}\s+(.+?)\s*#*$", text, re.M)}
+
+
+def links(path: Path) -> list[str]:
+    return [m.group(1) for m in LINK.finditer(_text(path))]
+
+
+@pytest.mark.parametrize("heading, expected", [
+    ("The demo: `autobatch demo`", "the-demo-autobatch-demo"),
+    ("Reload or shift: measured side by side", "reload-or-shift-measured-side-by-side"),
+    ("One tick, from the scrape to the reload", "one-tick-from-the-scrape-to-the-reload"),
+    ("`model`, `triton`, `profiles`, `slo`", "model-triton-profiles-slo"),
+])
+def test_slug_follows_github(heading: str, expected: str) -> None:
+    assert slug(heading) == expected
+
+
+def test_the_front_page_reaches_every_docs_page() -> None:
+    linked = {(ROOT / t.split("#")[0]).resolve() for t in links(ROOT / "README.md")}
+    missing = [p.name for p in (ROOT / "docs").glob("*.md") if p.resolve() not in linked]
+    assert not missing, f"docs pages not linked from README.md: {missing}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_resolves(page: Path) -> None:
+    broken = []
+    for target in links(page):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
+            continue
+        file_part, _, anchor = target.partition("#")
+        dest = (page.parent / file_part).resolve() if file_part else page
+        if not dest.exists():
+            broken.append(f"{target}: no such file")
+            continue
+        if ROOT.resolve() not in (dest, *dest.parents):
+            broken.append(f"{target}: outside the repository")
+            continue
+        if anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            broken.append(f"{target}: no heading #{anchor} in {dest.relative_to(ROOT)}")
+    assert not broken, f"{page.relative_to(ROOT)}: " + "; ".join(broken)
+
+
+def test_nothing_points_at_the_design_folder_outside_the_repository() -> None:
+    outside = "../" + "shared"  # split, so this file does not match itself
+    suffixes = {".py", ".md", ".yaml", ".yml", ".toml", ".sh", ".pbtxt", ".cfg", ".txt"}
+    hits = []
+    for folder in ("src", "tests", "benchmarks", "docs", "scripts", "examples", "model_repository",
+                   "curves", "profiles"):
+        for path in (ROOT / folder).rglob("*"):
+            if (path.is_file() and path.suffix in suffixes
+                    and outside in path.read_text(encoding="utf-8", errors="replace")):
+                hits.append(str(path.relative_to(ROOT)))
+    for name in ("README.md", "CONTRIBUTING.md", "pyproject.toml", "Makefile"):
+        if outside in (ROOT / name).read_text(encoding="utf-8"):
+            hits.append(name)
+    assert not hits, f"files pointing outside the repository: {hits}"
