@@ -6,7 +6,7 @@ Starts the embedded Triton on free ports, measures each model with
 autobatch.lab.measure (one request per run, compute time read from
 /v2/models/M/stats batch_stats, median of the repeats), and prints the
 per-item time at each batch size relative to batch 1. It also loads the
-emulated accelerator with ../shared/curves/laptop-512x288-fp16.yaml and shows
+emulated accelerator with curves/laptop-512x288-fp16.yaml and shows
 how closely it reproduces that curve.
 """
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CURVES = ROOT / "curves"  # copies of ../shared/curves
+CURVES = ROOT / "curves"  # measured batch curves (curves/README.md)
 REPOSITORY = ROOT / "model_repository"
 PROFILES = ROOT / "profiles"
 

@@ -1,6 +1,6 @@
 """Batch curves: the wall time of one forward pass as a function of batch size.
 
-The file format is the one in ``../shared/curves``::
+The file format is the one of the repository's ``curves/`` (see curves/README.md)::
 
     name: laptop-512x288-fp16
     device: 8 GB laptop-class GPU

@@ -10,7 +10,7 @@ compare Triton's outputs with it. Nothing is downloaded.
   resolution, ~5 k weights) whose activations outgrow the CPU caches as the
   batch grows: its per-item time *grows* with the batch, so batching does not pay.
 * ``emulated_accelerator``: no network at all; a batch of n takes the time a
-  batch curve (``../shared/curves`` format) gives for n, so batch curves
+  batch curve (the ``curves/`` format) gives for n, so batch curves
   measured on GPUs elsewhere can be reproduced on a CPU machine.
 
 torch is imported lazily: this module is importable without it.

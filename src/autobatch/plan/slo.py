@@ -1,12 +1,12 @@
 """The queue-delay budget: how long a request may wait to be batched and still meet the SLO.
 
-The reference articles (../shared/reference/) back-calculate the batcher's
-``max_queue_delay`` from the SLO::
+Published recipes for tuning Triton's dynamic batcher from an SLA back-calculate
+the batcher's ``max_queue_delay`` from the SLO (docs/planner.md, "The SLO equation")::
 
     budget = SLO p99 - time of one batch at the max batch size - network overhead
 
 With SLO 100 ms p99, 10 ms of network and a batch of 8 taking 50 ms, the
-budget is 40 ms. The articles then keep a safety margin and set the delay to
+budget is 40 ms. The recipes then keep a safety margin and set the delay to
 20-30 ms; here the margin is a fraction of the budget that the operator sets
 (:data:`DEFAULT_MARGIN_FRAC`, 0.4, puts that example at 24 ms).
 
