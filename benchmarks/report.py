@@ -27,11 +27,31 @@ ORDER = ["closed_loop", "faults", "soak", "trace_fidelity", "sessions", "simulat
          "reload_vs_shift", "footprint", "batch_curves", "loadgen"]
 
 
+def _load(path: Path) -> dict[str, Any]:
+    """One saved run; a file that is not one stops the report with a line naming it."""
+    where = path.relative_to(ROOT)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        sys.exit(f"{where}: not a readable JSON result file: {exc}")
+    if not isinstance(doc, dict):
+        sys.exit(f"{where}: not a result file: the top level is not an object")
+    for key, kind in (("benchmark", str), ("date", str), ("rows", list)):
+        if not isinstance(doc.get(key), kind):
+            sys.exit(f"{where}: {key} = {doc.get(key)!r}: must be a {kind.__name__} "
+                     "(files are written by record.save_result)")
+    for i, r in enumerate(doc["rows"]):
+        if not isinstance(r, dict) or not all(isinstance(r.get(k), str)
+                                              for k in ("what", "figure", "command")):
+            sys.exit(f"{where}: rows[{i}] = {r!r}: needs what, figure and command (record.row)")
+    doc["_file"] = str(where)
+    return doc
+
+
 def _runs() -> dict[str, list[dict[str, Any]]]:
     runs: dict[str, list[dict[str, Any]]] = {}
     for path in sorted(RESULTS.glob("*/*.json")):
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        doc["_file"] = str(path.relative_to(ROOT))
+        doc = _load(path)
         runs.setdefault(doc["benchmark"], []).append(doc)
     for docs in runs.values():
         docs.sort(key=lambda d: d["date"])
@@ -60,6 +80,8 @@ def table() -> str:
             cell = figure.replace("|", "\\|")
             run = f"[{newest['date'][:10]}]({newest['_file']})"
             lines.append(f"| {r['what']} | {cell} | `{r['command']}` | {run} |")
+    if len(lines) == 2:
+        lines.append("| no saved runs yet | run `make bench`, then `make results` | | |")
     return "\n".join(lines)
 
 
@@ -78,7 +100,10 @@ def main() -> None:
             sys.exit("README.md's results table is out of date: run `make results`")
         return
     README.write_text(new, encoding="utf-8")
-    print(f"README.md results table: {table().count(chr(10)) - 1} rows from {RESULTS.relative_to(ROOT)}")
+    runs = _runs()
+    rows = sum(len(docs[-1]["rows"]) for docs in runs.values())
+    print(f"README.md results table: {rows} rows from {len(runs)} benchmarks in "
+          f"{RESULTS.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command (`make test`) and what CI runs through .ci/run:
-# system packages, the dev venv, a core-only install check, lint and layer contracts, the test suite.
+# system packages, the dev venv, a core-only install check, lint and layer contracts, the README's
+# results table against benchmarks/results/, the test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/system-deps.sh
@@ -8,4 +9,5 @@ scripts/setup.sh
 scripts/check-core-install.sh
 .venv/bin/ruff check src tests benchmarks
 .venv/bin/lint-imports   # the layers of docs/architecture.md, as contracts in pyproject.toml
+.venv/bin/python benchmarks/report.py --check   # the README's results table matches benchmarks/results/
 exec .venv/bin/pytest -q -p no:cacheprovider "$@"
