@@ -1,10 +1,11 @@
 """``make results``: regenerate the README's results table from ``benchmarks/results/``.
 
 The table sits between ``<!-- results:begin -->`` and ``<!-- results:end -->``
-in README.md. For each benchmark the newest saved run gives the rows (in the
-order of ``ORDER`` below, then alphabetically); a row whose ``key`` appears
-with a numeric ``value`` in several saved runs of that benchmark also shows
-the range over them. Nothing in the table is typed by hand.
+in README.md. For each benchmark (in the order of ``ORDER`` below, then
+alphabetically) the newest saved run of each command line gives the rows, so
+a benchmark run in two modes shows both; a row whose ``key`` appears with a
+numeric ``value`` in several saved runs of that benchmark also shows the range
+over them. Nothing in the table is typed by hand.
 
     .venv/bin/python benchmarks/report.py [--check]
 
@@ -27,9 +28,16 @@ ORDER = ["closed_loop", "faults", "soak", "trace_fidelity", "sessions", "simulat
          "reload_vs_shift", "footprint", "batch_curves", "loadgen"]
 
 
+def _rel(path: Path) -> str:
+    try:
+        return str(path.relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
 def _load(path: Path) -> dict[str, Any]:
     """One saved run; a file that is not one stops the report with a line naming it."""
-    where = path.relative_to(ROOT)
+    where = _rel(path)
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -44,13 +52,13 @@ def _load(path: Path) -> dict[str, Any]:
         if not isinstance(r, dict) or not all(isinstance(r.get(k), str)
                                               for k in ("what", "figure", "command")):
             sys.exit(f"{where}: rows[{i}] = {r!r}: needs what, figure and command (record.row)")
-    doc["_file"] = str(where)
+    doc["_file"] = where
     return doc
 
 
-def _runs() -> dict[str, list[dict[str, Any]]]:
+def _runs(results: Path = RESULTS) -> dict[str, list[dict[str, Any]]]:
     runs: dict[str, list[dict[str, Any]]] = {}
-    for path in sorted(RESULTS.glob("*/*.json")):
+    for path in sorted(results.glob("*/*.json")):
         doc = _load(path)
         runs.setdefault(doc["benchmark"], []).append(doc)
     for docs in runs.values():
@@ -62,13 +70,35 @@ def _fmt(v: float) -> str:
     return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
 
 
-def table() -> str:
-    runs = _runs()
+def _shown(docs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(run, row) pairs to show for one benchmark, whose runs are sorted oldest first.
+
+    A benchmark run in several modes (``loadgen.py --protocol http``, ``simulator.py
+    --fidelity``) saves each mode's rows: the newest run of each command line gives
+    rows, newest first, and a row (by ``key``, else by ``what``) is shown once, from
+    the newest run holding it.
+    """
+    newest_by_command: dict[str, dict[str, Any]] = {}
+    for doc in docs:
+        newest_by_command[doc.get("command", "")] = doc
+    out: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    seen: set[str] = set()
+    for doc in sorted(newest_by_command.values(), key=lambda d: d["date"], reverse=True):
+        for r in doc["rows"]:
+            ident = r.get("key") or r["what"]
+            if ident not in seen:
+                seen.add(ident)
+                out.append((doc, r))
+    return out
+
+
+def table(results: Path = RESULTS) -> str:
+    """The results table, in Markdown, from the saved runs under ``results``."""
+    runs = _runs(results)
     names = sorted(runs, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n))
     lines = ["| what | figure | command | run |", "|---|---|---|---|"]
     for name in names:
-        newest = runs[name][-1]
-        for r in newest["rows"]:
+        for doc, r in _shown(runs[name]):
             figure = r["figure"]
             key = r.get("key")
             if key is not None:
@@ -78,7 +108,7 @@ def table() -> str:
                     figure += (f" (over {len(values)} runs: {_fmt(min(values))}-{_fmt(max(values))}"
                                f"{r.get('unit', '')})")
             cell = figure.replace("|", "\\|")
-            run = f"[{newest['date'][:10]}]({newest['_file']})"
+            run = f"[{doc['date'][:10]}]({doc['_file']})"
             lines.append(f"| {r['what']} | {cell} | `{r['command']}` | {run} |")
     if len(lines) == 2:
         lines.append("| no saved runs yet | run `make bench`, then `make results` | | |")
@@ -101,7 +131,7 @@ def main() -> None:
         return
     README.write_text(new, encoding="utf-8")
     runs = _runs()
-    rows = sum(len(docs[-1]["rows"]) for docs in runs.values())
+    rows = sum(len(_shown(docs)) for docs in runs.values())
     print(f"README.md results table: {rows} rows from {len(runs)} benchmarks in "
           f"{RESULTS.relative_to(ROOT)}")
 

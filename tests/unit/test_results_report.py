@@ -1,0 +1,102 @@
+"""benchmarks/report.py: the README's results table comes from the saved runs, and only from them."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _module(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+report = _module("report")
+
+
+def _save(folder: Path, bench: str, date: str, command: str, rows: list[dict]) -> None:
+    d = folder / bench
+    d.mkdir(parents=True, exist_ok=True)
+    doc = {"benchmark": bench, "date": date, "command": command, "machine": {}, "data": {},
+           "rows": [{**r, "command": r.get("command", command)} for r in rows]}
+    (d / f"{date.replace(':', '')}.json").write_text(json.dumps(doc), encoding="utf-8")
+
+
+def _body(table: str) -> list[str]:
+    return table.splitlines()[2:]
+
+
+def test_no_saved_runs_gives_a_placeholder_and_no_figure(tmp_path: Path) -> None:
+    rows = _body(report.table(tmp_path))
+    assert rows == ["| no saved runs yet | run `make bench`, then `make results` | | |"]
+
+
+def test_a_range_needs_several_saved_runs(tmp_path: Path) -> None:
+    row = {"what": "ceiling", "figure": "2000 rps", "key": "ceiling", "value": 2000, "unit": " rps"}
+    _save(tmp_path, "loadgen", "2026-11-30T10:00:00Z", "python benchmarks/loadgen.py", [row])
+    assert "over" not in report.table(tmp_path)
+    _save(tmp_path, "loadgen", "2026-11-30T11:00:00Z", "python benchmarks/loadgen.py",
+          [{**row, "figure": "2500 rps", "value": 2500}])
+    (line,) = _body(report.table(tmp_path))
+    assert "2500 rps (over 2 runs: 2000-2500 rps)" in line
+    assert "[2026-11-30](" in line and line.endswith("2026-11-30T110000Z.json) |")  # the newest run
+
+
+def test_each_mode_of_a_benchmark_keeps_its_newest_rows(tmp_path: Path) -> None:
+    grpc = {"what": "ceiling over gRPC", "figure": "2000", "key": "grpc", "value": 2000}
+    http = {"what": "ceiling over HTTP", "figure": "1750", "key": "http", "value": 1750}
+    _save(tmp_path, "loadgen", "2026-11-30T10:00:00Z", "python benchmarks/loadgen.py", [grpc])
+    _save(tmp_path, "loadgen", "2026-11-30T11:00:00Z", "python benchmarks/loadgen.py --protocol http",
+          [http])
+    _save(tmp_path, "loadgen", "2026-11-30T12:00:00Z", "python benchmarks/loadgen.py",
+          [{**grpc, "figure": "2500", "value": 2500}])
+    body = _body(report.table(tmp_path))
+    assert [line.split(" | ")[1] for line in body] == ["2500 (over 2 runs: 2000-2500)", "1750"]
+
+
+def test_benchmarks_follow_the_fixed_order_and_pipes_are_escaped(tmp_path: Path) -> None:
+    _save(tmp_path, "sdk", "2026-11-30T10:00:00Z", "python benchmarks/sdk.py",
+          [{"what": "sdk", "figure": "a | b"}])
+    _save(tmp_path, "closed_loop", "2026-11-30T09:00:00Z", "python benchmarks/closed_loop.py",
+          [{"what": "closed loop", "figure": "x"}])
+    body = _body(report.table(tmp_path))
+    assert body[0].startswith("| closed loop |") and "a \\| b" in body[1]
+
+
+@pytest.mark.parametrize("content, field", [
+    ("not json", "not a readable JSON result file"),
+    ('{"benchmark": "x", "date": "2026-11-30", "rows": [{"what": "w"}]}', "rows[0]"),
+    ('{"benchmark": 3, "date": "2026-11-30", "rows": []}', "benchmark = 3"),
+])
+def test_a_malformed_result_file_is_one_line_naming_it(tmp_path: Path, content: str, field: str) -> None:
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "bad.json").write_text(content, encoding="utf-8")
+    with pytest.raises(SystemExit) as exc:
+        report.table(tmp_path)
+    assert "bad.json" in str(exc.value) and field in str(exc.value)
+
+
+def test_the_readme_table_is_what_the_saved_runs_give() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    inside = text.split(report.BEGIN, 1)[1].split(report.END, 1)[0]
+    assert inside.strip() == report.table().strip()
+
+
+def test_record_row_and_save_result_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    record = _module("record")
+    monkeypatch.setattr(record, "RESULTS", tmp_path)
+    path = record.save_result("demo", {"x": 1}, [record.row("what", "fig", key="k", value=1.5, unit="ms")],
+                              command="python benchmarks/demo.py")
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    assert doc["benchmark"] == "demo" and doc["rows"][0]["command"] == "python benchmarks/demo.py"
+    assert doc["machine"]["cores"] and doc["data"] == {"x": 1}
+    assert _body(report.table(tmp_path))[0].startswith("| what | fig |")
