@@ -7,7 +7,8 @@ autobatch.lab.measure (one request per run, compute time read from
 /v2/models/M/stats batch_stats, median of the repeats), and prints the
 per-item time at each batch size relative to batch 1. It also loads the
 emulated accelerator with curves/laptop-512x288-fp16.yaml and shows
-how closely it reproduces that curve.
+how closely it reproduces that curve. The run is saved under
+benchmarks/results/batch_curves/ (record.save_result) for the README's table.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 import json
 from pathlib import Path
 
+from record import row, save_result
 from rich.console import Console
 from rich.table import Table
 
@@ -55,6 +57,8 @@ def main() -> None:
             "target_ms": dict(target.points),
             "error_pct": {b: 100 * (m.curve.points[b] / target.points[b] - 1) for b in m.curve.points},
         }
+    save_result("batch_curves", {"repeats": args.repeats, "sizes": SIZES, "models": results},
+                _rows(results))
     if args.json:
         print(json.dumps(results, indent=2))
         return
@@ -74,6 +78,35 @@ def main() -> None:
     for b, ms in r["points_ms"].items():
         t.add_row(str(b), f"{r['target_ms'][b]:.2f}", f"{ms:.2f}", f"{r['error_pct'][b]:+.1f}%")
     console.print(t)
+
+
+def _rows(results: dict[str, dict]) -> list[dict]:
+    """The README's lines: where batching pays, where it does not, and how true the emulator runs."""
+    out = []
+    d = results["dense_mlp"]
+    out.append(row(
+        "dense_mlp (torch MLP, one thread) per-item time through Triton's batch timers",
+        f"{d['points_ms'][1]:.2f} ms at batch 1; {d['per_item_ms'][16]:.2f} ms/item at 16 "
+        f"(**{d['per_item_ratio_16_vs_1']:.2f}x**), {d['per_item_ms'][32]:.2f} at 32 "
+        f"({d['per_item_ratio_32_vs_1']:.2f}x): batching pays",
+        key="dense_mlp_per_item_32_vs_1", value=round(d["per_item_ratio_32_vs_1"], 4), unit="x"))
+    s = results["small_cnn"]
+    ratios = {b: s["per_item_ms"][b] / s["per_item_ms"][1] for b in SIZES}
+    out.append(row(
+        "small_cnn (two conv layers) per-item time, same way",
+        f"{s['points_ms'][1]:.2f} ms at batch 1; {ratios[2]:.2f}x at 2, {ratios[4]:.2f}x at 4, "
+        f"**{ratios[32]:.2f}x at 32**: batching does not pay",
+        key="small_cnn_per_item_32_vs_1", value=round(ratios[32], 4), unit="x"))
+    e = results["emulated_laptop-512x288-fp16"]
+    sizes = sorted(e["points_ms"])
+    worst = max(abs(v) for v in e["error_pct"].values())
+    out.append(row(
+        "emulated accelerator set to curves/laptop-512x288-fp16.yaml: measured vs the curve",
+        "batch " + "/".join(map(str, sizes)) + ": "
+        + "/".join(f"{e['error_pct'][b]:+.1f}" for b in sizes) + "% "
+        + f"(worst **{worst:.1f}%**, Triton's own overhead on top of the curve)",
+        key="emulator_worst_error_pct", value=round(worst, 3), unit="%"))
+    return out
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
 Starts the embedded Triton with dense_mlp, `autobatch run` as a separate
 process (examples/sidecar.yaml pointed at that Triton, interval 1 s), and a
 light load (20 requests/s) so every window has data; then reads the sidecar's
-RSS and CPU time from /proc over the run.
+RSS and CPU time from /proc over the run. Each run is saved under
+benchmarks/results/footprint/ (record.save_result) for the README's table.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import httpx
 import yaml
+from record import row, save_result
 
 from autobatch.lab.serve import TritonServer, free_port
 from autobatch.load import run_load
@@ -97,6 +99,12 @@ def main() -> None:
         "rss_mb_end": round(r1, 1),
         "rss_mb_peak": round(peak, 1),
     }
+    save_result("footprint", result, [row(
+        "the sidecar's own footprint at a 1 s poll interval (a separate `autobatch run` process, "
+        "Triton under 20 req/s)",
+        f"**{result['cpu_percent_of_one_core']:.1f}% of one core, {result['rss_mb_end']:.0f} MB RSS** "
+        f"(peak {result['rss_mb_peak']:.0f} MB) over {result['seconds']:.0f} s, {ticks} ticks",
+        key="cpu_percent_of_one_core", value=result["cpu_percent_of_one_core"], unit="% of a core")])
     if args.json:
         print(json.dumps(result))
     else:

@@ -24,6 +24,9 @@ shifts it to the other variant. Both start from the same profile and go to the
 same one. For each change, the requests in flight during it (sent before it
 ended, answered after it began) are pooled per way: p50/p95/p99/max, next to
 the requests in flight during no change at all.
+
+Each run is saved under benchmarks/results/reload_vs_shift/ (record.save_result)
+for the README's table, one row per mode (protocol, and --grpc-load-api).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from record import row, save_result
 from rich.console import Console
 from rich.table import Table
 
@@ -314,6 +318,31 @@ def print_table(result: dict[str, Any], console: Console) -> None:
     )
 
 
+def _rows(result: dict[str, Any], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The README's line for this mode: the p99 of the requests in flight during each kind of change."""
+    ways = result["ways"]
+
+    def p99(way: str) -> str:
+        v = ways[way]["p99_ms"]
+        return "-" if v is None else f"{v:.1f} ms"
+
+    clients = "HTTP" if args.protocol == "http" else "gRPC"
+    setup = "one Triton" if args.protocol == "http" else "three Triton servers"
+    parts = [f"reload with the load request over HTTP **{p99('reload')}**"]
+    if "reload-grpc" in ways:
+        parts.append(f"over gRPC **{p99('reload-grpc')}**")
+    parts.append(f"weight shift **{p99('shift')}**")
+    parts.append(f"no change {p99('steady')}")
+    parts.append(f"{result['failed']} failed of {result['requests']}")
+    mode = args.protocol + ("-grpc-load" if args.grpc_load_api else "")
+    return [row(
+        f"reload swap vs gateway weight shift, dense_mlp at {args.rate:g} req/s through HAProxy, "
+        f"{clients} clients, {setup}: p99 of the requests in flight during the change "
+        f"({args.rounds} changes each)",
+        "; ".join(parts),
+        key=f"{mode}_shift_p99_ms", value=ways["shift"]["p99_ms"], unit=" ms")]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--protocol", choices=("http", "grpc"), default="http",
@@ -330,6 +359,8 @@ def main() -> None:
     args = ap.parse_args()
     console = Console(stderr=args.json, width=140)
     result = asyncio.run(run(args, console))
+    result["grpc_load_api"] = args.grpc_load_api
+    save_result("reload_vs_shift", result, _rows(result, args))
     if args.json:
         json.dump(result, sys.stdout, indent=2)
         print()

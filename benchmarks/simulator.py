@@ -15,6 +15,9 @@ Fidelity (``--fidelity``): the emulated accelerator in the embedded Triton,
 loaded with the same curve and profile, under Poisson load at three rates,
 against the simulator fed the same sends (``autobatch.lab.measure.simulator_fidelity``,
 which the CI test also uses).
+
+Each run is saved under benchmarks/results/simulator/ (record.save_result) for the
+README's table: the speed row from every run, the fidelity row from ``--fidelity`` runs.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from record import row, save_result
 from rich.console import Console
 from rich.table import Table
 
@@ -120,6 +124,7 @@ def main() -> None:
     if args.fidelity:
         with console.status("fidelity against the real Triton ..."):
             result["fidelity"] = fidelity()
+    save_result("simulator", {"requests": args.requests, **result}, _rows(result, args.requests))
     if args.json:
         print(json.dumps(result, indent=2))
         return
@@ -142,6 +147,33 @@ def main() -> None:
                        f"{r['predicted_p95_ms']:.1f}", f"{r['p95_error']:+.1%}",
                        f"{r['predicted_mean_batch']:.2f}")
         console.print(ft)
+
+
+def _rows(result: dict[str, Any], requests: int) -> list[dict[str, Any]]:
+    """The README's lines: seconds per 1 M requests by engine, and the error against Triton."""
+    per_m = {(r["case"], r["engine"]): r["total_s"] * 1_000_000 / max(r["requests"], 1)
+             for r in result["speed"] if r["engine"] != "sessions"}
+    pays, one = list(dict.fromkeys(case for case, _ in per_m))[:2]  # the case where batching pays first
+    frames = next(r["requests_per_s"] for r in result["speed"] if r["engine"] == "sessions")
+    out = [row(
+        f"simulator speed, {requests:,} Poisson requests (arrivals drawn included), per 1 M requests",
+        f"**{per_m[pays, 'triton']:.2f} s** (`triton` engine, batching pays), "
+        f"{per_m[one, 'triton']:.2f} s (batch 1: one batch per request); `rules` "
+        f"{per_m[pays, 'rules']:.2f} / {per_m[one, 'rules']:.2f} s; `general` (priorities) "
+        f"{per_m[pays, 'general']:.2f} / {per_m[one, 'general']:.2f} s; sessions "
+        f"{frames / 1e6:.1f} M frames/s. Target: 1 M in <= 10 s",
+        key="triton_engine_s_per_1m", value=round(per_m[pays, "triton"], 3), unit=" s")]
+    f = result.get("fidelity")
+    if f:
+        p50 = max(abs(r["p50_error"]) for r in f["rows"])
+        p95 = max(abs(r["p95_error"]) for r in f["rows"])
+        rates = ", ".join(f"{r['rate_rps']:g}" for r in f["rows"])
+        out.append(row(
+            "simulator vs the real Triton (emulated accelerator, aggressive profile, Poisson at "
+            f"{rates} req/s, medians of 3 runs each), client latency",
+            f"worst error p50 **{p50:.1%}**, p95 **{p95:.1%}** over the rates",
+            key="fidelity_worst_p95_error_pct", value=round(100 * p95, 2), unit="%"))
+    return out
 
 
 if __name__ == "__main__":
