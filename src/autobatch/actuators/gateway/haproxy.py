@@ -25,7 +25,7 @@ from the weights of the config file. The socket needs ``level admin`` for
 
 The socket's errors are translated here (``OSError``, timeouts -> reason
 ``unreachable``; an error sentence from HAProxy -> ``rejected``), so the
-actuator only ever sees :class:`~autobatch.actuators.gateway.core.GatewayFailure`.
+actuator only ever sees :class:`~autobatch.actuators.gateway.backend.GatewayFailure`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import io
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from autobatch.actuators.gateway.core import GatewayFailure
+from autobatch.actuators.gateway.backend import GatewayFailure
 from autobatch.errors import ConfigError
 
 __all__ = [
@@ -259,7 +259,7 @@ class HAProxyRuntime:
 
 class HAProxyWeights:
     """The weights of some servers of one HAProxy backend, as a
-    :class:`~autobatch.actuators.gateway.core.WeightsBackend`.
+    :class:`~autobatch.actuators.gateway.backend.WeightsBackend`.
 
     Args:
         runtime: the Runtime API client.

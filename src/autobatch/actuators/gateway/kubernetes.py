@@ -54,7 +54,8 @@ from typing import Any
 import httpx
 import yaml
 
-from autobatch.actuators.gateway.core import GatewayFailure, percents, shares
+from autobatch.actuators.gateway.backend import GatewayFailure
+from autobatch.actuators.gateway.steps import percents, shares
 from autobatch.errors import ConfigError
 
 __all__ = [
@@ -404,7 +405,7 @@ class KubernetesApi:
 
 
 class KubernetesRoute:
-    """The weights of one route rule, as a :class:`~autobatch.actuators.gateway.core.WeightsBackend`.
+    """The weights of one route rule, as a :class:`~autobatch.actuators.gateway.backend.WeightsBackend`.
 
     With ``api`` it reads and patches the live object; without it, it prints each
     patch through ``out`` as a ``kubectl patch`` line and applies it to its copy

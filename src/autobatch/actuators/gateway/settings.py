@@ -49,13 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autobatch.actuators.gateway.core import (
-    DEFAULT_STEPS,
-    GatewayActuator,
-    Guard,
-    GuardSettings,
-    Variant,
-)
+from autobatch.actuators.gateway.actuator import GatewayActuator, Guard
+from autobatch.actuators.gateway.steps import DEFAULT_STEPS, GuardSettings, Variant
 from autobatch.config import Section
 from autobatch.errors import ConfigError
 from autobatch.profiles import Profile
