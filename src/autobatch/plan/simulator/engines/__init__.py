@@ -1,0 +1,1 @@
+"""The simulator's engines: each turns arrival times into batches (sizes, starts, ends)."""

@@ -1,0 +1,164 @@
+"""``simulate``: pick an engine, run the workload through it, summarise the result."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autobatch.errors import ConfigError
+from autobatch.plan.simulator.engines.common import _Level, _policy
+from autobatch.plan.simulator.engines.general import _run_general
+from autobatch.plan.simulator.engines.rules import _run_fifo
+from autobatch.plan.simulator.engines.triton import _run_triton
+from autobatch.plan.simulator.results import (
+    LatencyStats,
+    PriorityResult,
+    SimResult,
+    _phase_results,
+)
+from autobatch.plan.simulator.service import ServiceModel
+from autobatch.plan.simulator.workload import Workload
+from autobatch.profiles import Profile
+
+__all__ = ["ENGINES", "simulate"]
+
+ENGINES = ("auto", "triton", "rules", "general")
+
+
+def _needs_general(profile: Profile, workload: Workload) -> bool:
+    if profile.priority_queue_policy:
+        return True
+    dqp = profile.default_queue_policy
+    if dqp is not None and (dqp.default_timeout_microseconds or dqp.max_queue_size):
+        return True
+    prio = workload.priority
+    return prio is not None and len(prio) > 0 and len(np.unique(prio)) > 1
+
+
+def _level_map(profile: Profile, workload: Workload) -> tuple[list[int], dict[int, _Level]]:
+    n = len(workload)
+    if profile.priority_levels == 0:
+        return [0] * n, {0: _policy(profile.default_queue_policy)}
+    levels = profile.priority_levels
+    default = profile.default_priority_level
+    prio = workload.priority if workload.priority is not None else np.zeros(n, dtype=np.int64)
+    bad = prio[(prio < 0) | (prio > levels)]
+    if bad.shape[0]:
+        raise ConfigError(
+            f"priority {int(bad[0])}: must be 0 (the default level) or in [1, {levels}] "
+            f"(the profile's priority_levels)"
+        )
+    level_of = np.where(prio == 0, default, prio).tolist()
+    table = {
+        lv: _policy(profile.priority_queue_policy.get(lv, profile.default_queue_policy))
+        for lv in range(1, levels + 1)
+    }
+    return level_of, table
+
+
+def simulate(
+    profile: Profile,
+    service: ServiceModel,
+    workload: Workload,
+    *,
+    instances: int | None = None,
+    seed: int = 0,
+    engine: str = "auto",
+    keep_latencies: bool = False,
+) -> SimResult:
+    """Run ``workload`` through Triton's dynamic batcher configured by ``profile``.
+
+    ``instances`` defaults to the profile's ``instance_group.count`` (or 1);
+    ``seed`` drives the service-time noise. ``engine``:
+
+    ``triton``
+        Triton's batcher thread with payload prefetch and its wake-up rules
+        (one priority level, no queue policy); what ``auto`` picks when it can.
+    ``rules``
+        the plain batch-formation rules of the module docstring, decided when
+        an instance is free (one level, no queue policy); a reference.
+    ``general``
+        the same rules with priority levels, timeouts and queue limits; what
+        ``auto`` picks when the profile or workload needs them.
+    """
+    if instances is None:
+        instances = profile.instance_count or 1
+    if isinstance(instances, bool) or not isinstance(instances, int) or instances < 1:
+        raise ConfigError(f"instances = {instances!r}: must be an integer >= 1")
+    if engine not in ENGINES:
+        raise ConfigError(f"engine = {engine!r}: must be one of {', '.join(ENGINES)}")
+    if workload.priority is not None:
+        _level_map(profile, workload)  # a priority outside the profile's levels is bad input
+    needs_general = _needs_general(profile, workload)
+    if engine in ("triton", "rules") and needs_general:
+        raise ConfigError(
+            f"engine = {engine!r}: priority levels and queue policies need the general engine"
+        )
+    if engine == "auto":
+        engine = "general" if needs_general else "triton"
+    general = engine == "general"
+    t_arr = workload.t_s
+    t = t_arr.tolist()
+    n = len(t)
+    if not general:
+        run = _run_triton if engine == "triton" else _run_fifo
+        sizes, starts, ends = run(t, profile, service, instances, seed)
+        size_arr = np.array(sizes, dtype=np.int64)
+        req_start = np.repeat(np.array(starts), size_arr)
+        req_end = np.repeat(np.array(ends), size_arr)
+        req_batch = np.repeat(size_arr, size_arr)
+        levels_of = None
+    else:
+        level_list, levels = _level_map(profile, workload)
+        sizes, starts, ends, req_start, req_end, req_batch = _run_general(
+            t, level_list, levels, profile, service, instances, seed
+        )
+        size_arr = np.array(sizes, dtype=np.int64)
+        levels_of = np.array(level_list, dtype=np.int64)
+    done = ~np.isnan(req_end)
+    lat_all = (req_end - t_arr) * 1000.0 + service.fixed_latency_ms
+    queue_all = (req_start - t_arr) * 1000.0
+    lat = lat_all[done]
+    completed = int(done.sum())
+    last_end = float(np.max(req_end[done])) if completed else 0.0
+    span = max(workload.duration_s, last_end)
+    busy_total = float(np.sum(np.array(ends) - np.array(starts))) if sizes else 0.0
+    counts = np.bincount(size_arr, minlength=1) if sizes else np.zeros(1, dtype=np.int64)
+    batch_counts = {int(b): int(c) for b, c in enumerate(counts) if c}
+    phases = _phase_results(workload, done, lat_all, np.array(starts), size_arr)
+    priorities: tuple[PriorityResult, ...] = ()
+    if levels_of is not None and profile.priority_levels > 0:
+        rows = []
+        for lv in range(1, profile.priority_levels + 1):
+            mask = levels_of == lv
+            if not mask.any():
+                continue
+            ok = mask & done
+            rows.append(
+                PriorityResult(
+                    level=lv,
+                    requests=int(mask.sum()),
+                    completed=int(ok.sum()),
+                    rejected=int(mask.sum() - ok.sum()),
+                    latency=LatencyStats.of(lat_all[ok]),
+                )
+            )
+        priorities = tuple(rows)
+    return SimResult(
+        requests=n,
+        completed=completed,
+        rejected=n - completed,
+        duration_s=workload.duration_s,
+        span_s=span,
+        throughput_rps=completed / span,
+        latency=LatencyStats.of(lat),
+        queue=LatencyStats.of(queue_all[done]),
+        batches=len(sizes),
+        mean_batch=float(size_arr.mean()) if sizes else 0.0,
+        batch_counts=batch_counts,
+        utilisation=busy_total / (instances * span),
+        instances=instances,
+        engine=engine,
+        phases=phases,
+        priorities=priorities,
+        latencies_ms=lat if keep_latencies else None,
+    )
