@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `import autobatch` and `autobatch --help` must work with the core dependencies
-# only: no torch, no nvidia-pytriton. Checked in a throwaway venv.
+# only: no torch, no nvidia-pytriton. Checked in a throwaway venv, which then runs
+# the container image's command against the layout deploy/k8s mounts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
@@ -16,3 +17,6 @@ print(f"core install: import autobatch {autobatch.__version__} ok without torch 
 PY
 "$tmp/venv/bin/autobatch" --help >/dev/null
 echo "core install: autobatch --help ok"
+# The container image's command (Dockerfile ENTRYPOINT + CMD) from this core-only
+# install, against the files the reload overlay mounts; SIGTERM must end it with 0.
+.venv/bin/python scripts/check_image_command.py "$tmp/venv/bin"

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The README's test command (`make test`) and what CI runs through .ci/run:
-# system packages, the dev venv, a core-only install check, lint and layer contracts, the README's
+# system packages, the dev venv, the CRD schemas, a core-only install check (and the
+# container image's command run from it), lint and layer contracts, the README's
 # results table against benchmarks/results/, the test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/system-deps.sh
 scripts/setup.sh
+scripts/crd-schemas.sh
 scripts/check-core-install.sh
+.venv/bin/hadolint --failure-threshold style Dockerfile
 .venv/bin/ruff check src tests benchmarks
 .venv/bin/lint-imports   # the layers of docs/architecture.md, as contracts in pyproject.toml
 .venv/bin/python benchmarks/report.py --check   # the README's results table matches benchmarks/results/
