@@ -14,14 +14,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 import autobatch
 from autobatch.controller.config import load_sidecar_config
 
 from .deploy_support import (
     DEPLOY,
-    OVERLAYS,
     ROOT,
     container,
     dockerfile_instruction,
@@ -273,4 +271,3 @@ def test_every_overlay_is_documented():
     assert "kubectl apply -k deploy/k8s/overlays/reload" in text
     for p in overlays():
         assert f"overlays/{p.name}" in text, p.name
-    assert OVERLAYS.is_dir() and yaml.safe_load((DEPLOY / "prometheus" / "rules.yaml").read_text())

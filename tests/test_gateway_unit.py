@@ -610,15 +610,19 @@ async def test_the_sidecar_builds_the_gateway_actuator_and_the_combined_source(t
         await source.aclose()
 
 
-async def test_with_prometheus_each_variant_is_its_pool_selector():
+async def test_with_prometheus_each_variant_is_its_pool_selector(tmp_path):
     from autobatch.controller.app import build_source
     from autobatch.controller.config import load_sidecar_config
     from autobatch.signals.prometheus import PrometheusSource
     from autobatch.signals.variants import PrometheusStepSignals
 
-    from .conftest import ROOT
+    from .deploy_support import OVERLAYS, find, materialize, render
 
-    cfg = load_sidecar_config(ROOT / "examples" / "k8s" / "sidecar-httproute.yaml")
+    # The gateway overlay's controller config, as its pod mounts it.
+    objects = render(OVERLAYS / "gateway")
+    (controller,) = find(objects, "Deployment", "autobatch")
+    materialize(objects, controller, "autobatch", tmp_path)
+    cfg = load_sidecar_config(tmp_path / "etc" / "autobatch" / "sidecar.yaml")
     source = build_source(cfg, clock=lambda: 0.0)
     try:
         assert all(isinstance(s, PrometheusSource) for s in source.sources.values())

@@ -27,7 +27,7 @@ HTTP/2 to Istio).
   token mounted): ``PATCH`` through the API server with the token as bearer and
   the mounted CA; the route is read with ``GET`` first to find the indices and
   after the patch to verify it. The service account needs ``get`` and ``patch``
-  on the route (an RBAC Role is in ``examples/k8s/``).
+  on the route (an RBAC Role is in ``deploy/k8s/overlays/gateway/rbac.yaml``).
 * **otherwise** it prints the patch as a ``kubectl patch`` command line, against
   a copy of the route read from its manifest file (``manifest:``), which is
   updated as if applied so the next patch is computed from it.
