@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import shutil
 import statistics
 import time
@@ -22,6 +23,7 @@ import numpy as np
 import pytest
 
 from autobatch.actuators import TritonReloadActuator
+from autobatch.actuators.triton import _view
 from autobatch.profiles import load_profiles, parse_pbtxt
 
 from .conftest import PROFILES, REPOSITORY
@@ -81,7 +83,8 @@ def batching(config: dict[str, Any]) -> tuple[list[int], int]:
 
 
 def expected(profile) -> tuple[list[int], int]:
-    return sorted(profile.preferred_batch_size), profile.max_queue_delay_us
+    """What Triton reads back for ``profile``: an empty preferred list as [max_batch_size]."""
+    return sorted(profile.effective_preferred), profile.max_queue_delay_us
 
 
 def p99_ms(latencies: list[float]) -> float | None:
@@ -146,6 +149,57 @@ async def test_every_profile_swaps_in_under_load_and_no_request_fails(actuator, 
             f"steady {np.percentile(steady, 50):.1f}/{p99_ms(steady):.1f}/{max(steady):.1f} ms "
             f"(n={len(steady)})"
         )
+
+
+async def test_triton_normalisations_read_back_as_the_profile(actuator, server, profiles):
+    """Each normalisation the actuator's comparison knows, seen on the real server.
+
+    Two raw loads (not through the actuator) carry every case: the raw read-back
+    shows Triton changed the field, and the actuator's view of what was sent equals
+    its view of what came back. Then Triton's default goes through the actuator as
+    a rung: applied, verified, named, and a second apply loads nothing.
+    """
+    base = live_config(server)
+
+    async def load_raw(config: dict[str, Any]) -> dict[str, Any]:
+        body = {"parameters": {"config": json.dumps(config)}}
+        async with httpx.AsyncClient(timeout=120) as client:
+            r = await client.post(f"{server.urls.http}/v2/repository/models/{MODEL}/load", json=body)
+        assert r.status_code == 200, r.text
+        return live_config(server)
+
+    first = {**base, "dynamic_batching": {"preferred_batch_size": [],
+                                          "max_queue_delay_microseconds": "0"},
+             "instance_group": [{"kind": "KIND_AUTO"}]}
+    back = await load_raw(first)
+    db = back["dynamic_batching"]
+    assert db["preferred_batch_size"] == [base["max_batch_size"]]   # [] -> [max_batch_size]
+    assert db["max_queue_delay_microseconds"] == 0                  # "0" -> 0
+    assert db["preserve_ordering"] is False and db["priority_levels"] == 0  # defaults printed
+    assert "default_queue_policy" not in db                         # unset: omitted
+    assert back["instance_group"][0]["count"] == 1                  # no count -> 1
+    assert back["instance_group"][0]["kind"] == "KIND_CPU"          # KIND_AUTO resolved
+    assert _view(first, count=True, kind=False) == _view(back, count=True, kind=False)
+
+    second = {**base, "dynamic_batching": {"preferred_batch_size": [16, 4],
+                                           "max_queue_delay_microseconds": "5000",
+                                           "default_queue_policy": {}},
+              "instance_group": [{"count": 1, "kind": "KIND_CPU"}]}
+    back = await load_raw(second)
+    db = back["dynamic_batching"]
+    assert sorted(db["preferred_batch_size"]) == [4, 16]
+    assert db["max_queue_delay_microseconds"] == 5000                # "5000" -> 5000
+    assert db["default_queue_policy"]["timeout_action"] == "REJECT"  # set: defaults filled in
+    assert _view(second, count=True, kind=True) == _view(back, count=True, kind=True)
+
+    default = profiles["triton-default"]
+    assert default.preferred_batch_size == ()
+    result = await actuator.apply(default)
+    assert result.ok and result.reason == "applied", result.message
+    assert batching(live_config(server)) == ([default.max_batch_size], 0)
+    assert await actuator.live_profile() == "triton-default"
+    again = await actuator.apply(default)
+    assert again.ok and again.reason == "unchanged" and again.load_s is None
 
 
 async def test_a_profile_triton_refuses_is_rolled_back_and_the_model_keeps_serving(

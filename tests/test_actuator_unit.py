@@ -343,6 +343,105 @@ async def test_a_failed_rollback_says_so(actuator, triton, profiles):
     assert "rolling back to balanced failed too" in result.message
 
 
+# -- Triton's normalisations ---------------------------------------------------------------------
+
+
+def triton_normalise(config: dict[str, Any]) -> dict[str, Any]:
+    """What Triton 2.51 does to a config it loads (core model_config_utils.cc
+    NormalizeModelConfig / NormalizeInstanceGroup, and its JSON printer), as far as
+    profiles go; tests/test_actuator_triton.py checks each one on the real server."""
+    out = copy.deepcopy(config)
+    db = out.get("dynamic_batching")
+    if db is not None:
+        if not db.get("preferred_batch_size") and out.get("max_batch_size", 0) > 0:
+            db["preferred_batch_size"] = [out["max_batch_size"]]
+        db["max_queue_delay_microseconds"] = int(db.get("max_queue_delay_microseconds", 0))
+        for key, default in (("preserve_ordering", False), ("priority_levels", 0),
+                             ("default_priority_level", 0)):
+            db.setdefault(key, default)
+    for i, group in enumerate(out.get("instance_group") or []):
+        group.setdefault("name", f"{out.get('name', MODEL)}_{i}")
+        if int(group.get("count", 0) or 0) < 1:
+            group["count"] = 1
+        if group.get("kind", "KIND_AUTO") == "KIND_AUTO":
+            group["kind"] = "KIND_CPU"
+    return out
+
+
+@pytest.mark.parametrize(
+    ("sent", "read_back"),
+    [
+        # Triton's default: an empty preferred list is filled with max_batch_size
+        ({"max_batch_size": 32, "dynamic_batching": {"preferred_batch_size": []}},
+         {"max_batch_size": 32, "dynamic_batching": {"preferred_batch_size": [32]}}),
+        ({"max_batch_size": 8, "dynamic_batching": {}},
+         {"max_batch_size": 8, "dynamic_batching": {"preferred_batch_size": [8]}}),
+        # the order of preferred sizes is kept, and ignored by the batcher
+        ({"max_batch_size": 32, "dynamic_batching": {"preferred_batch_size": [16, 4]}},
+         {"max_batch_size": 32, "dynamic_batching": {"preferred_batch_size": [4, 16]}}),
+        # 64-bit fields: strings in proto JSON, numbers in Triton's
+        ({"max_batch_size": 32, "dynamic_batching": {"max_queue_delay_microseconds": "5000"}},
+         {"max_batch_size": 32, "dynamic_batching": {"max_queue_delay_microseconds": 5000,
+                                                     "preferred_batch_size": [32]}}),
+        # defaults printed; an all-default queue policy is no policy
+        ({"max_batch_size": 32, "dynamic_batching": {"default_queue_policy": {}}},
+         {"max_batch_size": 32, "dynamic_batching": {"preserve_ordering": False, "priority_levels": 0,
+                                                     "default_priority_level": 0}}),
+        # an instance group without a count gets 1; KIND_AUTO is resolved
+        ({"max_batch_size": 32, "dynamic_batching": {}, "instance_group": [{"kind": "KIND_AUTO"}]},
+         {"max_batch_size": 32, "dynamic_batching": {},
+          "instance_group": [{"name": "dense_mlp_0", "count": 1, "kind": "KIND_CPU"}]}),
+    ],
+)
+def test_the_view_of_a_config_is_the_view_of_what_triton_reads_back(sent, read_back):
+    from autobatch.actuators.triton import _view
+
+    for flags in ({"count": False, "kind": False}, {"count": True, "kind": False}):
+        assert _view(sent, **flags) == _view(read_back, **flags)
+        assert _view(sent, **flags) == _view(triton_normalise(sent), **flags)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        # a filled-in default is max_batch_size, not any one preferred size
+        ({"max_batch_size": 32, "dynamic_batching": {"preferred_batch_size": []}},
+         {"max_batch_size": 32, "dynamic_batching": {"preferred_batch_size": [16]}}),
+        # without dynamic batching there is nothing to fill in
+        ({"max_batch_size": 32},
+         {"max_batch_size": 32, "dynamic_batching": {"preferred_batch_size": [32]}}),
+        ({"max_batch_size": 32, "dynamic_batching": {"max_queue_delay_microseconds": 0}},
+         {"max_batch_size": 32, "dynamic_batching": {"max_queue_delay_microseconds": 100}}),
+        ({"max_batch_size": 32, "dynamic_batching": {}, "instance_group": [{"count": 1}]},
+         {"max_batch_size": 32, "dynamic_batching": {}, "instance_group": [{"count": 2}]}),
+    ],
+)
+def test_configs_triton_runs_differently_keep_different_views(a, b):
+    from autobatch.actuators.triton import _view
+
+    assert _view(a, count=True, kind=False) != _view(b, count=True, kind=False)
+
+
+async def test_triton_default_is_a_rung_despite_reading_back_as_max_batch_size(clock, profiles):
+    """The bug of issue 11: "preferred_batch_size = [32], expected []; rolled back"."""
+    ladder = [profiles["triton-default"], profiles["aggressive"]]
+    triton = FakeTriton(clock)
+    triton.store = triton_normalise
+    async with httpx.AsyncClient(transport=httpx.MockTransport(triton.handler)) as client:
+        act = TritonReloadActuator(URL, MODEL, ladder, client=client, clock=clock)
+        result = check(await act.apply(profiles["triton-default"]))
+        assert result.ok and result.reason == "applied", result.message
+        assert batching(triton.config) == ([32], 0)
+        assert await act.live_profile() == "triton-default"
+        triton.requests.clear()
+        again = check(await act.apply(profiles["triton-default"]))
+        assert again.ok and again.reason == "unchanged"
+        assert triton.calls == ["GET config"]
+        assert await act.reconcile(profiles["triton-default"]) is None
+        assert (await act.apply(profiles["aggressive"])).ok
+        assert await act.live_profile() == "aggressive"
+
+
 # -- live_profile and reconcile ----------------------------------------------------------------
 
 

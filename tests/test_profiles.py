@@ -34,9 +34,13 @@ def write(tmp_path: Path, text: str) -> Path:
 @pytest.mark.parametrize("model", ["dense_mlp", "small_cnn", "emulated_accelerator"])
 def test_shipped_profiles_load_and_include_the_ladder_ends(model):
     profiles = load_profiles(PROFILES / model)
-    assert {"latency-soft", "aggressive"} <= set(profiles)
+    assert {"triton-default", "latency-soft", "aggressive"} <= set(profiles)
     for prof in profiles.values():
         assert prof.model == model
+    # Triton's default: no preferred sizes (Triton reads them as [max_batch_size]), no wait.
+    default = profiles["triton-default"]
+    assert default.preferred_batch_size == () and default.max_queue_delay_us == 0
+    assert default.effective_preferred == (default.max_batch_size,)
 
 
 @pytest.mark.parametrize(

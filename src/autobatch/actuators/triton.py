@@ -142,11 +142,44 @@ def _queue_policy_view(policy: Any) -> tuple[str, int, bool, int]:
     )
 
 
-def _view(config: Mapping[str, Any], *, count: bool, kind: bool) -> dict[str, Any]:
-    """The fields of a config (Triton's JSON form) a profile decides, normalised.
+def _preferred_view(config: Mapping[str, Any], db: Mapping[str, Any]) -> list[int]:
+    # Triton's NormalizeModelConfig (core model_config_utils.cc) fills an empty
+    # preferred_batch_size with [max_batch_size] when dynamic batching is on and
+    # max_batch_size > 0, so Triton's default (no preferred sizes) reads back as
+    # [max_batch_size]. The batcher sees only the filled-in list: the two are one
+    # config. Order does not matter to the batcher either.
+    sizes = sorted(int(s) for s in db.get("preferred_batch_size") or [])
+    max_batch_size = int(config.get("max_batch_size", 0) or 0)
+    if not sizes and "dynamic_batching" in config and max_batch_size > 0:
+        sizes = [max_batch_size]
+    return sizes
 
-    Order of preferred sizes does not matter to the batcher, and Triton writes
-    some 64-bit fields as numbers, the proto JSON as strings: both are normalised.
+
+def _instance_count(group: Mapping[str, Any]) -> int:
+    # NormalizeInstanceGroup gives a group without a count (or count 0) its default
+    # count: 1, except 2 for KIND_CPU groups of the TensorFlow and ONNX Runtime
+    # backends. A profile always names its count (>= 1), so only the live side can
+    # carry a 0, and there 1 is what the example models' Python backend gets.
+    return max(int(group.get("count", 1) or 1), 1)
+
+
+def _view(config: Mapping[str, Any], *, count: bool, kind: bool) -> dict[str, Any]:
+    """The fields of a config (Triton's JSON form) a profile decides, normalised as Triton
+    normalises a config when it loads it.
+
+    What Triton changes between the config sent and the config read back
+    (core ``model_config_utils.cc``, checked on the real server by
+    tests/test_actuator_triton.py::test_triton_normalisations_read_back_as_the_profile):
+
+    * an empty ``preferred_batch_size`` becomes ``[max_batch_size]``;
+    * preferred sizes keep the order sent, which the batcher ignores: sorted;
+    * 64-bit fields (``max_queue_delay_microseconds``, timeouts) come back as JSON
+      numbers, the proto JSON writes them as strings: read as integers;
+    * every primitive field is printed with its default (``preserve_ordering:
+      false``, ``priority_levels: 0``) while an unset ``default_queue_policy`` is
+      omitted: absent and default are the same;
+    * an instance group without a count gets 1; ``KIND_AUTO`` becomes ``KIND_CPU``
+      or ``KIND_GPU`` (so a profile's ``KIND_AUTO`` is never compared).
     """
     db = config.get("dynamic_batching")
     db = db if isinstance(db, Mapping) else {}
@@ -155,7 +188,7 @@ def _view(config: Mapping[str, Any], *, count: bool, kind: bool) -> dict[str, An
     view: dict[str, Any] = {
         "max_batch_size": int(config.get("max_batch_size", 0) or 0),
         "dynamic_batching": "dynamic_batching" in config,
-        "preferred_batch_size": sorted(int(s) for s in db.get("preferred_batch_size") or []),
+        "preferred_batch_size": _preferred_view(config, db),
         "max_queue_delay_microseconds": int(db.get("max_queue_delay_microseconds", 0) or 0),
         "preserve_ordering": bool(db.get("preserve_ordering", False)),
         "priority_levels": int(db.get("priority_levels", 0) or 0),
@@ -165,7 +198,7 @@ def _view(config: Mapping[str, Any], *, count: bool, kind: bool) -> dict[str, An
     }
     groups = [g for g in config.get("instance_group") or [] if isinstance(g, Mapping)]
     if count:
-        view["instance_count"] = sum(int(g.get("count", 1) or 1) for g in groups) if groups else None
+        view["instance_count"] = sum(_instance_count(g) for g in groups) if groups else None
     if kind:
         view["instance_kind"] = sorted({str(g.get("kind", "KIND_AUTO")) for g in groups})
     return view
