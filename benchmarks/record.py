@@ -30,7 +30,7 @@ __all__ = ["RESULTS", "machine", "row", "save_result"]
 
 
 def machine() -> dict[str, Any]:
-    """What the figures were measured on: cores, CPU model, Python, OS."""
+    """What the figures were measured on: cores, CPU model, Python, OS, and how busy it was."""
     cpu = platform.processor() or ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -39,11 +39,17 @@ def machine() -> dict[str, Any]:
                 break
     except OSError:
         pass
+    try:
+        load = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        load = None
     return {
         "cores": os.cpu_count(),
         "cpu": cpu,
         "python": platform.python_version(),
         "system": f"{platform.system()} {platform.release()}",
+        # 1/5/15-minute load average when the run ended: how busy the shared cores were.
+        "load_average": load,
     }
 
 
