@@ -24,7 +24,7 @@ the times are from a busy machine):
   old one is unloaded after the new one is in, and the load request returns once
   the new copy serves. ``GET /v2/models/M/ready`` polled every 50 ms stayed 200
   throughout, and no request failed: 0 of 1306 at 50 req/s over 6 swaps, and 0 in
-  every run of ``tests/test_actuator_triton.py`` (21 swaps at 25 req/s, 2750-3550
+  every run of the integration test ``test_actuator_triton.py`` (21 swaps at 25 req/s, 2750-3550
   requests a run).
 * A swap of ``dense_mlp`` takes 3-4 s on a quiet machine (3.3-3.8 s idle, median
   2.9 s under 50 req/s, median 3.6 s under 25 req/s) and a median of 5-6 s, up to

@@ -7,7 +7,7 @@ through an injected ``httpx.AsyncClient`` and clock, and keeps the previous
 sample.
 
 What Triton 2.51 does to the counters, seen on the embedded server
-(tests/test_signals_triton.py checks it):
+(the integration test test_signals_triton.py checks it):
 
 * **server restart**: every counter on both endpoints starts again from 0 and
   the summary quantiles read NaN until the first request.
