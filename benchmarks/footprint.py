@@ -25,6 +25,7 @@ import httpx
 import yaml
 from record import row, save_result
 
+from autobatch.lab.process import poll_until
 from autobatch.lab.serve import TritonServer, free_port
 from autobatch.load import run_load
 from autobatch.schedule import Schedule
@@ -66,16 +67,17 @@ def main() -> None:
         proc = subprocess.Popen([sys.executable, "-m", "autobatch", "run", "--config", str(path),
                                  "--log-level", "warning"], stderr=subprocess.DEVNULL)
         try:
-            deadline = time.monotonic() + 60
-            while True:
+            def healthy() -> bool:
                 try:
-                    if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                        break
+                    return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
                 except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise SystemExit("the sidecar did not come up")
-                time.sleep(0.2)
+                    return False
+
+            def alive() -> None:
+                if proc.poll() is not None:
+                    raise SystemExit(f"the sidecar exited with code {proc.returncode} before it came up")
+
+            poll_until(healthy, timeout_s=60, what="the sidecar's /healthz", interval_s=0.2, check=alive)
             load = threading.Thread(target=run_load, daemon=True, args=(
                 server.urls.grpc, "dense_mlp", Schedule.constant(20, args.seconds + 5)))
             load.start()
