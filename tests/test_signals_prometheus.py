@@ -83,6 +83,14 @@ async def test_promql_window_agrees_with_the_direct_one(triton: Any, prometheus:
     assert p.mean_batch_size == pytest.approx(w.mean_batch_size, rel=0.15)
     assert p.end_s <= b.taken_s and b.taken_s - p.end_s <= 2 * SCRAPE_INTERVAL_S
     assert p.p95_ms is not None and p.utilization is None and p.batch_curve_ms == {}
+    # Device time per request: exact from batch_stats directly, approximated from the
+    # per-request compute counters through PromQL (mean compute / mean batch). At 80
+    # requests/s nearly every batch is of one or two, so the two agree closely.
+    print(f"device ms/request: direct {w.device_ms_per_request}, PromQL {p.device_ms_per_request}; "
+          f"busy instances: direct {w.busy_instances}, PromQL {p.busy_instances}")
+    assert w.device_ms_per_request is not None and w.busy_share is not None
+    assert p.device_ms_per_request == pytest.approx(w.device_ms_per_request, rel=0.25)
+    assert p.busy_instances == pytest.approx(w.busy_instances, rel=0.25)
 
     # One query over both replicas: rates add up, means stay means.
     async with fleet('job="triton"') as both:

@@ -45,6 +45,7 @@ class FakeTriton:
         self.success = 0
         self.fail: Callable[[httpx.Request], httpx.Response] | None = None
         self.dcgm: str | None = None
+        self.instances: int | None = 2
         self.seen: list[str] = []
 
     def handler(self, request: httpx.Request) -> httpx.Response:
@@ -57,6 +58,9 @@ class FakeTriton:
             return httpx.Response(200, text=exposition(self.success, self.success))
         if request.url.path == f"/v2/models/{M}/stats":
             return httpx.Response(200, json=stats_body(self.success, self.success * 2))
+        if request.url.path == f"/v2/models/{M}/config" and self.instances is not None:
+            return httpx.Response(200, json={"name": M, "instance_group": [
+                {"kind": "KIND_CPU", "count": self.instances, "gpus": []}]})
         return httpx.Response(404, json={"error": "not found"})
 
 
@@ -84,7 +88,24 @@ async def test_first_poll_is_a_baseline_then_windows() -> None:
     assert (w.start_s, w.end_s) == (1000.0, 1002.0)
     assert w.success_rps == 25.0 and w.mean_batch_size == 2.0 and w.mean_queue_ms == 1.0
     assert w.batch_curve_ms == {2: 4.0}
-    assert sorted(set(fake.seen)) == ["/metrics", f"/v2/models/{M}/stats"]
+    # 50 executions of 4 ms in 2 s serving 100 items: 2 ms of device time per item,
+    # 0.1 instances busy on average, out of the 2 the config lists.
+    assert w.device_ms_per_request == pytest.approx(2.0)
+    assert w.busy_instances == pytest.approx(0.1)
+    assert (w.instance_count, w.busy_share) == (2, pytest.approx(0.05))
+    assert sorted(set(fake.seen)) == ["/metrics", f"/v2/models/{M}/config", f"/v2/models/{M}/stats"]
+
+
+async def test_an_unreadable_config_leaves_the_busy_share_unknown_and_the_window_good() -> None:
+    fake, clock = FakeTriton(), FakeClock()
+    fake.instances = None  # /config answers 404
+    src = source(fake, clock)
+    await src.poll()
+    fake.success, clock.t = 50, 1002.0
+    w = await src.poll()
+    assert w is not None and not w.stale
+    assert w.busy_instances == pytest.approx(0.1)
+    assert (w.instance_count, w.busy_share) == (None, None)
 
 
 def _refused(request: httpx.Request) -> httpx.Response:

@@ -274,6 +274,10 @@ class TritonServer:
             f"--metrics-address={self.urls.host}",
             f"--metrics-port={self.urls.metrics_port}",
             "--metrics-config=summary_latencies=true",
+            # The per-interval series (nv_gpu_*, nv_cpu_*) refresh every half of this;
+            # Triton's 2000 ms default makes them a second old or more in a 1 s window.
+            # The per-model counters, pending gauge and summaries are per request.
+            "--metrics-interval-ms=500",
             "--allow-gpu-metrics=false",
             f"--exit-timeout-secs={max(1, min(5, int(self.stop_timeout_s) - 5))}",
             "--log-verbose=0",

@@ -37,6 +37,7 @@ __all__ = [
     "StatsSample",
     "curve_from_batch_stats",
     "parse_metrics",
+    "parse_instance_count",
     "parse_stats",
     "parse_utilization",
 ]
@@ -89,6 +90,9 @@ class StatsSample:
     success_count: int
     batch_stats: tuple[tuple[int, int, int], ...] = ()
     """``(batch_size, executions, compute_infer ns)`` per batch size, ascending."""
+    busy_ns: int = 0
+    """Compute input + infer + output ns of every execution, all batch sizes: the time
+    the model's instances were occupied by its batches (``batch_stats``, summed)."""
 
     def batch_stats_rows(self) -> list[dict[str, Any]]:
         """The rows in the endpoint's own shape, for :func:`curve_from_batch_stats`."""
@@ -225,7 +229,7 @@ def parse_stats(
 
     if not isinstance(data, Mapping) or not isinstance(data.get("model_stats"), list):
         raise bad("expected a JSON object with a 'model_stats' list")
-    inference = execution = success = 0
+    inference = execution = success = busy = 0
     table: dict[int, tuple[int, int]] = {}
     found = False
     for entry in data["model_stats"]:
@@ -243,6 +247,12 @@ def parse_stats(
                 infer = row["compute_infer"]
                 c, ns = table.get(b, (0, 0))
                 table[b] = (c + _count(infer["count"]), ns + _count(infer["ns"]))
+                busy += _count(infer["ns"])
+                # Input and output copies occupy the instance too; older servers
+                # may leave them out, then the infer time alone counts.
+                for part in ("compute_input", "compute_output"):
+                    if row.get(part) is not None:
+                        busy += _count(row[part]["ns"])
         except (KeyError, TypeError, ValueError) as exc:
             raise bad(f"model {model!r}: unexpected entry shape ({_one_line(exc)})") from exc
     if not found:
@@ -257,7 +267,33 @@ def parse_stats(
         execution_count=execution,
         success_count=success,
         batch_stats=tuple((b, c, ns) for b, (c, ns) in sorted(table.items())),
+        busy_ns=busy,
     )
+
+
+def parse_instance_count(data: Any) -> int | None:
+    """Execution instances of a model from the decoded JSON of ``/v2/models/M/config``.
+
+    The sum of ``instance_group[].count``, times the number of GPUs a group
+    lists (Triton places ``count`` instances on each). A group of kind GPU that
+    lists no GPUs gets ``count`` on every visible GPU, which the config does
+    not say: it counts once. None when the body has no instance groups.
+    """
+    if not isinstance(data, Mapping):
+        return None
+    groups = data.get("instance_group")
+    if not isinstance(groups, list) or not groups:
+        return None
+    total = 0
+    for g in groups:
+        if not isinstance(g, Mapping):
+            return None
+        count = g.get("count", 1)
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            return None
+        gpus = g.get("gpus") or []
+        total += count * max(1, len(gpus) if isinstance(gpus, list) else 1)
+    return total or None
 
 
 def _count(value: Any) -> int:

@@ -19,6 +19,12 @@ How the fleet window differs from the direct one:
   the one that breaks the SLO. They lag like the direct ones (up to 60 s), plus
   up to one scrape interval.
 * ``batch_curve_ms`` is empty: ``batch_stats`` is not exported as metrics.
+  So ``device_ms_per_request`` and ``busy_instances`` are approximated from
+  the per-request compute counters: Triton adds a batch's compute time to every
+  request in it, so d(compute_us) / d(count) is the batch time weighted by
+  batch size, and dividing by the mean batch size gives the time per item
+  (exact when the batches are of one size, a little high when they vary).
+  ``busy_share`` needs ``instances_per_replica`` (times the replicas reporting).
 * ``end_s`` is the timestamp of the newest scraped sample, not the query time,
   so a stuck scrape shows up as an old window (and as ``too_old`` past
   ``max_age_s``); ``start_s`` is ``end_s - range_s``.
@@ -111,6 +117,9 @@ class PromQL:
             "exec": rate("nv_inference_exec_count"),
             "queue_us": rate("nv_inference_queue_duration_us"),
             "compute_us": rate("nv_inference_compute_infer_duration_us"),
+            "compute_input_us": rate("nv_inference_compute_input_duration_us"),
+            "compute_output_us": rate("nv_inference_compute_output_duration_us"),
+            "replicas": f"count by (model) ({self._series('nv_inference_exec_count')})",
             "request_us": rate("nv_inference_request_duration_us"),
             "pending": f"sum by (model) ({self._series('nv_inference_pending_request_count')})",
             "pending_delta": (
@@ -167,8 +176,10 @@ def window_from_results(
     *,
     queries: PromQL,
     evaluated_s: float,
+    instances_per_replica: int | None = None,
 ) -> Window:
-    """The window the query results describe (pure). ``evaluated_s`` is the query's time."""
+    """The window the query results describe (pure). ``evaluated_s`` is the query's time;
+    ``instances_per_replica`` turns the busy instances into a busy share."""
     model, range_s = queries.model, float(queries.range_s)
     newest = _one(results, "newest_s")
     end_s = newest if newest is not None and math.isfinite(newest) else evaluated_s
@@ -215,6 +226,23 @@ def window_from_results(
         q = _one(results, name)
         return q / 1000.0 if q is not None and math.isfinite(q) and q >= 0 else None
 
+    batch = v["count"] / v["exec"] if v["exec"] > 0 else None
+    device_ms = busy = None
+    if batch is not None and success > 0:
+        device_ms = v["compute_us"] / success / batch / 1000.0
+        parts = [v["compute_us"]] + [
+            x for x in (_one(results, "compute_input_us"), _one(results, "compute_output_us"))
+            if x is not None and math.isfinite(x) and x >= 0
+        ]
+        busy = sum(parts) / batch / 1e6
+    elif v["exec"] == 0:
+        busy = 0.0
+    replicas = _one(results, "replicas")
+    instances = (
+        int(replicas) * instances_per_replica
+        if instances_per_replica and replicas is not None and math.isfinite(replicas) and replicas > 0
+        else None
+    )
     return Window(
         model=model,
         start_s=end_s - range_s,
@@ -223,7 +251,7 @@ def window_from_results(
         failure_rps=dict(sorted(failures.items())),
         inference_rps=v["count"],
         exec_rps=v["exec"],
-        mean_batch_size=v["count"] / v["exec"] if v["exec"] > 0 else None,
+        mean_batch_size=batch,
         mean_queue_ms=per_request_ms("queue_us"),
         mean_compute_ms=per_request_ms("compute_us"),
         mean_request_ms=per_request_ms("request_us"),
@@ -233,8 +261,10 @@ def window_from_results(
         p99_ms=quantile_ms("p99_us"),
         batch_curve_ms={},
         utilization=_utilization(results),
+        device_ms_per_request=device_ms,
+        busy_instances=busy,
         source="prometheus",
-    )
+    ).with_instance_count(instances)
 
 
 def _utilization(results: Results) -> float | None:
@@ -261,6 +291,8 @@ class PrometheusSource:
         client, clock, timeout_s: as for :class:`~autobatch.signals.triton.TritonSource`.
         max_age_s: a window whose newest scrape is older than this is stale
             (``too_old``); None turns the check off.
+        instances_per_replica: the model's execution instances on each replica, for
+            ``busy_share`` (None: the share is left unknown).
     """
 
     def __init__(
@@ -275,8 +307,10 @@ class PrometheusSource:
         clock: Callable[[], float] = time.time,
         timeout_s: float = DEFAULT_TIMEOUT_S * 2,
         max_age_s: float | None = None,
+        instances_per_replica: int | None = None,
     ) -> None:
         self.url = normalize_url(url, "prometheus_url")
+        self.instances_per_replica = instances_per_replica
         self.promql = PromQL(model, selector, range_s, utilization_selector)
         if max_age_s is not None and not (math.isfinite(max_age_s) and max_age_s > 0):
             raise ConfigError(f"max_age_s = {max_age_s!r}: must be a number > 0 (or None for off)",
@@ -342,7 +376,8 @@ class PrometheusSource:
         queries = self.promql.queries()
         results = await asyncio.gather(*(self.query(q, at_s) for q in queries.values()))
         window = window_from_results(
-            dict(zip(queries, results)), queries=self.promql, evaluated_s=at_s
+            dict(zip(queries, results)), queries=self.promql, evaluated_s=at_s,
+            instances_per_replica=self.instances_per_replica,
         )
         return window.aged(self.clock(), self.max_age_s)
 

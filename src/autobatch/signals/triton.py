@@ -42,6 +42,7 @@ from autobatch.signals.parse import (
     MetricsSample,
     StatsSample,
     curve_from_batch_stats,
+    parse_instance_count,
     parse_metrics,
     parse_stats,
     parse_utilization,
@@ -78,6 +79,8 @@ class TritonSample:
     """None when the source does not read ``/v2/models/M/stats``."""
     utilization: float | None = None
     """Accelerator utilisation 0..1 from wherever the source reads it, or None."""
+    instance_count: int | None = None
+    """The model's execution instances from ``/v2/models/M/config``, or None."""
 
     @property
     def model(self) -> str:
@@ -193,7 +196,7 @@ def _numbers(w: Window) -> list[tuple[str, float]]:
     out = [(name, getattr(w, name)) for name in (
         "success_rps", "inference_rps", "exec_rps", "mean_batch_size", "mean_queue_ms",
         "mean_compute_ms", "mean_request_ms", "pending_requests", "pending_delta", "p95_ms",
-        "p99_ms", "utilization")]
+        "p99_ms", "utilization", "device_ms_per_request", "busy_instances", "busy_share")]
     out += [(f"failure_rps[{r}]", v) for r, v in w.failure_rps.items()]
     out += [(f"batch_curve_ms[{b}]", v) for b, v in w.batch_curve_ms.items()]
     return [(n, v) for n, v in out if v is not None]
@@ -214,11 +217,19 @@ def _difference(before: TritonSample, after: TritonSample) -> Window:
         return d(name) / success / 1000.0 if success > 0 else None
 
     curve: Mapping[int, float] = {}
+    device_ms: float | None = None
+    busy: float | None = None
     if before.stats is not None and after.stats is not None:
         live = curve_from_batch_stats(
             after.stats.batch_stats_rows(), before.stats.batch_stats_rows()
         )
         curve = dict(live.points) if live is not None else {}
+        infer_ns = sum(ns for _, _, ns in after.stats.batch_stats) - sum(
+            ns for _, _, ns in before.stats.batch_stats
+        )
+        items = after.stats.inference_count - before.stats.inference_count
+        device_ms = infer_ns / items / 1e6 if items > 0 and infer_ns >= 0 else None
+        busy = max(0, after.stats.busy_ns - before.stats.busy_ns) / 1e9 / dt
     pending0 = before.metrics.pending
     pending1 = after.metrics.pending
     assert pending0 is not None and pending1 is not None  # checked in _check
@@ -243,8 +254,10 @@ def _difference(before: TritonSample, after: TritonSample) -> Window:
         p99_ms=None if after.metrics.p99_us is None else after.metrics.p99_us / 1000.0,
         batch_curve_ms=curve,
         utilization=after.utilization,
+        device_ms_per_request=device_ms,
+        busy_instances=busy,
         source="triton",
-    )
+    ).with_instance_count(after.instance_count)
 
 
 def normalize_url(url: str, field: str) -> str:
@@ -360,6 +373,7 @@ class TritonSource:
         jobs: list[Any] = [fetch(client, self.metrics_url, self.timeout_s, "Triton metrics")]
         if self.batch_stats:
             jobs.append(fetch(client, self.stats_url, self.timeout_s, "Triton model statistics"))
+            jobs.append(self._instance_count(client))
         if self.utilization_url:
             jobs.append(fetch(client, self.utilization_url, self.timeout_s, "dcgm-exporter"))
         responses = await asyncio.gather(*jobs)
@@ -368,7 +382,9 @@ class TritonSource:
             _text(responses[0]), self.model, version=self.version, source=self.metrics_url
         )
         stats = None
+        instances = None
         if self.batch_stats:
+            instances = responses[2]
             try:
                 data = responses[1].json()
             except ValueError as exc:
@@ -379,7 +395,24 @@ class TritonSource:
         if self.utilization_url:
             utilization = parse_utilization(_text(responses[-1]), source=self.utilization_url)
         return TritonSample(taken_s=(t0 + t1) / 2, metrics=metrics, stats=stats,
-                            utilization=utilization)
+                            utilization=utilization, instance_count=instances)
+
+    @property
+    def config_url(self) -> str:
+        base = f"{self.url}/v2/models/{self.model}"
+        if self.version is not None:
+            base += f"/versions/{self.version}"
+        return base + "/config"
+
+    async def _instance_count(self, client: httpx.AsyncClient) -> int | None:
+        """The live instance count, read with every sample: an ``instance_group``-only
+        change is applied in place and resets no counter, so nothing else would show it.
+        A config that cannot be read leaves the busy share unknown; the window stays good."""
+        try:
+            r = await fetch(client, self.config_url, self.timeout_s, "Triton model config")
+            return parse_instance_count(r.json())
+        except (ScrapeError, ValueError):
+            return None
 
     async def poll(self) -> Window | None:
         """Sample, and return the window since the previous good sample (None the first time).

@@ -22,6 +22,10 @@ built from all of them (:class:`VariantsSource`, :func:`combine_windows`):
 * the live batch curve is the same model's on the same kind of device, so the
   variants' points are averaged; utilisation is the mean over the variants
   that report one;
+* device time per request is weighted by each variant's items; the busy share
+  is that of the variants that served requests (their busy instances over
+  their instances): an idle variant's instances are not capacity the live
+  profile can use;
 * one stale variant makes the combined window stale (naming it): a gateway
   whose other side cannot be read is not a state to switch profiles in.
 """
@@ -100,7 +104,11 @@ def combine_windows(windows: Mapping[str, Window], model: str) -> Window:
     utils = [w.utilization for _, w in items if w.utilization is not None]
     inference = rate([(w.inference_rps, w) for _, w in items])
     execs = rate([(w.exec_rps, w) for _, w in items])
-    return Window(
+    busy_known = [w for w in served if w.busy_instances is not None]
+    busy = rate([(w.busy_instances or 0.0, w) for w in busy_known]) if busy_known else None
+    counts = [w.instance_count for w in served]
+    instances = sum(c for c in counts if c is not None) if counts and None not in counts else None
+    combined = Window(
         model=model,
         start_s=start,
         end_s=end,
@@ -118,8 +126,11 @@ def combine_windows(windows: Mapping[str, Window], model: str) -> Window:
         p99_ms=worst("p99_ms"),
         batch_curve_ms={b: sum(v) / len(v) for b, v in sorted(curve.items())},
         utilization=sum(utils) / len(utils) if utils else None,
+        device_ms_per_request=weighted("device_ms_per_request", "inference_rps"),
+        busy_instances=busy,
         source="gateway",
     )
+    return combined.with_instance_count(instances)
 
 
 class VariantsSource:

@@ -19,8 +19,13 @@ Lag of each signal (what it costs to decide on it):
 * ``p95_ms``/``p99_ms``: Triton's ``*_summary_us`` quantiles come from a
   prometheus-cpp summary over a sliding 60 s window (five 12 s buckets). Right
   after a profile switch they still hold up to a minute of the old profile.
-* ``utilization``: ``nv_gpu_utilization`` is refreshed every
-  ``--metrics-interval-ms`` (2 s by default).
+* ``utilization``: ``nv_gpu_utilization`` is refreshed by Triton's metrics
+  polling thread, which wakes every half ``--metrics-interval-ms`` (so every
+  1 s at the default 2000 ms; ``autobatch serve`` starts Triton with 500 ms).
+  It is the only per-interval series the sidecar reads: the per-model counters,
+  the pending gauge and the summaries change with every request.
+* ``device_ms_per_request``, ``busy_share``: one window, from ``batch_stats``
+  (updated when an execution ends, like the counters).
 
 A stale window (``stale=True``) is a record that something went wrong, not a
 measurement: its rates and means are left at their defaults and must not be
@@ -99,6 +104,24 @@ class Window:
     utilization: float | None = None
     """Accelerator utilisation 0..1, or None when no such signal exists."""
 
+    device_ms_per_request: float | None = None
+    """Device time per inference: the compute time of the window's executions over the
+    items they served (``batch_stats`` compute_infer / d nv_inference_count). What a
+    batching profile saves: batch 8 in 10 ms costs 1.25 ms per request, batch 1 in 5 ms
+    costs 5. From Prometheus, which carries no ``batch_stats``, it is approximated by
+    mean compute ms / mean batch size (exact when the batches are of one size).
+    None without executions."""
+    busy_instances: float | None = None
+    """Instance-seconds of compute per second: how many of the model's instances were
+    busy on average (compute input + infer + output of every execution / dt)."""
+    instance_count: int | None = None
+    """The model's execution instances (from its config), summed over replicas; None
+    when unknown."""
+    busy_share: float | None = None
+    """``busy_instances / instance_count``: the share of wall time the instances spend
+    computing, 0..1 (a little over 1 is measurement skew). Near 1 the profile is at its
+    capacity on this machine, whatever the batch curve says. None when either is unknown."""
+
     stale: bool = False
     """True when the window must not be acted on (too old, counter reset, partial data)."""
     stale_reason: str | None = None
@@ -143,11 +166,30 @@ class Window:
     def failures_rps(self) -> float:
         return sum(self.failure_rps.values())
 
+    @property
+    def arrival_rps(self) -> float:
+        """Items arriving per second: completions plus the backlog's growth.
+
+        Triton counts a request when it completes, so under overload the completion
+        rate is capped at capacity; the growth of ``pending_requests`` is the rest of
+        the demand. A shrinking backlog lowers it (more completed than arrived).
+        """
+        grow = (self.pending_delta or 0.0) / max(self.interval_s, 1e-9)
+        return max(0.0, self.inference_rps + grow)
+
+    def with_instance_count(self, count: int | None) -> Window:
+        """This window with ``instance_count`` set and ``busy_share`` derived from it."""
+        if count is None or count <= 0:
+            return replace(self, instance_count=None, busy_share=None)
+        share = None if self.busy_instances is None else self.busy_instances / count
+        return replace(self, instance_count=int(count), busy_share=share)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form; this is one line of ``autobatch watch --json``."""
         d = asdict(self)
         d["interval_s"] = self.interval_s
         d["request_rps"] = self.request_rps
+        d["arrival_rps"] = self.arrival_rps
         d["batch_curve_ms"] = {str(k): v for k, v in self.batch_curve_ms.items()}
         return d
 
