@@ -43,6 +43,28 @@ def test_plan_text_shows_equation_gains_verdict_and_candidates():
     assert "latency-soft" in text and "aggressive" in text and "recommended" in text
 
 
+def test_plan_says_whether_switching_pays_over_a_schedule_with_a_ladder():
+    args = ("plan", "--curve", str(CURVES / "dense_mlp-cpu.yaml"), "--slo-p99-ms", "60",
+            "--network-ms", "2", "--rate", "350", "--instances", "2",
+            "--schedule", str(ROOT / "examples" / "schedules" / "step.yaml"),
+            "--ladder", str(PROFILES / "dense_mlp"))
+    r = autobatch(*args)
+    assert r.returncode == 0, r.stderr
+    assert "Does switching pay here?" in r.stdout and "Does switching pay?" in r.stdout
+    assert "triton-default" in r.stdout and "oracle:" in r.stdout
+    r = autobatch(*args, "--json")
+    sw = json.loads(r.stdout)["switching"]
+    assert sw["instances"] == 2 and sw["schedule"].endswith("step.yaml")
+    assert [s["name"] for s in sw["statics"]][0] == "triton-default"
+    assert sw["verdict"]["kind"] in ("pays", "needed", "latency", "static", "default", "overloaded")
+    # 2 instances of dense_mlp at 350/s: switching uses well under Triton's default's device time
+    default = sw["statics"][0]["device_ms"]
+    assert sw["oracle"]["device_ms"] < 0.8 * default
+    bad = autobatch("plan", "--curve", str(CURVES / "dense_mlp-cpu.yaml"), "--slo-p99-ms", "60",
+                    "--network-ms", "2", "--reaction-s", "-1")
+    assert bad.returncode == 2 and "reaction_s = -1" in bad.stderr
+
+
 def test_plan_json_write_profiles_and_plot(tmp_path):
     out_dir = tmp_path / "profiles" / "mymodel"
     png = tmp_path / "plan.png"

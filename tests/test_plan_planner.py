@@ -107,7 +107,8 @@ def test_plan_for_the_no_gain_curve_recommends_batch_one():
     plan = make_plan(load_curve(CURVES / "laptop-512x288-fp16.yaml"), 100, 10, rate_rps=50, **FAST)
     assert plan.verdict.kind is VerdictKind.LOSES
     assert plan.recommended is not None and plan.recommended.profile.name == "latency-soft"
-    soft, aggressive = plan.candidates
+    default, soft, aggressive = plan.candidates
+    assert default.profile.name == "triton-default" and default.profile.preferred_batch_size == ()
     assert soft.max_rate_rps > aggressive.max_rate_rps
     assert soft.at_load.mean_batch == 1.0
     assert plan.largest_fit is not None and plan.largest_fit.batch_size == 7
@@ -127,7 +128,11 @@ def test_plan_for_the_gain_curve_batches_and_reports_every_candidate():
         assert c.max_rate_rps > batch1_capacity
     # Batches are capped at the last measured size (sizes past it are guesses) through
     # the preferred sizes; max_batch_size stays the model's, so clients keep working.
-    assert {max(c.profile.preferred_batch_size) for c in plan.candidates} == {4}
+    # Triton's default comes first: no preferred sizes (read as [max_batch_size]), no wait.
+    default, *profiles = plan.candidates
+    assert default.profile.name == "triton-default"
+    assert default.profile.effective_preferred == (32,) and default.profile.max_queue_delay_us == 0
+    assert {max(c.profile.preferred_batch_size) for c in profiles} == {4}
     assert {c.profile.max_batch_size for c in plan.candidates} == {32}
     assert plan.budget.batch_size == 4
     d = plan.to_dict()
@@ -170,3 +175,25 @@ def test_without_a_load_half_the_batch1_capacity_is_assumed():
 def test_bad_plan_inputs(kwargs, message):
     with pytest.raises(ConfigError, match=message):
         make_plan(load_curve(CURVES / "laptop-512x288-fp16.yaml"), 100, 10, **{**FAST, **kwargs})
+
+
+def test_the_recommendation_is_the_objective_least_device_time_within_the_slo():
+    plan = make_plan(load_curve(CURVES / "laptop-256x144-fp16.yaml"), 100, 10, rate_rps=300, **FAST)
+    ok = [c for c in plan.candidates if c.meets_slo]
+    assert plan.recommended is not None and len(ok) >= 2
+    cheapest = min(ok, key=lambda c: c.device_ms)
+    fastest = min(ok, key=lambda c: c.at_load.latency.p99_ms)
+    # batches of 4 take half the per-item time of batch 1 here: well over the 15% bar
+    assert cheapest.device_ms < 0.85 * fastest.device_ms
+    assert plan.recommended is cheapest
+    assert plan.to_dict()["candidates"][0]["at_load"]["device_ms_per_request"] > 0
+
+
+def test_the_plan_says_whether_switching_pays_over_an_assumed_step():
+    plan = make_plan(load_curve(CURVES / "laptop-512x288-fp16.yaml"), 100, 10, rate_rps=50, **FAST)
+    sw = plan.switching
+    assert sw is not None and "assumed step, 5 -> 50 -> 5 rps" in sw.schedule
+    assert [p.phase for p in sw.oracle.phases] == ["low", "high", "low-again"]
+    # batching loses on this curve: one static profile is the answer
+    assert not sw.verdict.switching_pays
+    assert plan.to_dict()["switching"]["verdict"]["kind"] in ("default", "static")

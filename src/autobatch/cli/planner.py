@@ -156,20 +156,39 @@ def plan(
     ] = None,
     force: Annotated[bool, typer.Option(help="Overwrite existing profile files.")] = False,
     plot: Annotated[Path | None, typer.Option(help="Draw latency against load per profile (PNG).")] = None,
+    schedule: Annotated[
+        Path | None,
+        typer.Option(help="Does switching pay over this schedule (`autobatch load` YAML)? "
+                          "[a step from a tenth of the load to the load and back]"),
+    ] = None,
+    ladder: Annotated[
+        Path | None,
+        typer.Option(help="Compare these profiles (a profiles/<model> folder) instead of the candidates."),
+    ] = None,
+    reaction_s: Annotated[
+        float, typer.Option(help="Seconds into a phase before the switching oracle's profile is in force.")
+    ] = 2.0,
     json_output: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
 ) -> None:
-    """Plan batching for a model: the SLO budget, whether batching pays, candidate profiles.
+    """Plan batching for a model: the SLO budget, whether batching pays, candidate profiles,
+    and whether switching between them pays over a schedule.
 
     Predicted latencies come from the simulator of Triton's dynamic batcher and
-    include --network-ms, as the SLO does.
+    include --network-ms, as the SLO does. Triton's default (no preferred sizes,
+    no wait) is always a candidate, and the baseline of "does switching pay?".
 
     Example: autobatch plan --curve curves/laptop-256x144-fp16.yaml --slo-p99-ms 100
     --network-ms 10 --rate 200 --write-profiles profiles/mymodel --plot plan.png
+
+    Example: autobatch plan --curve curves/dense_mlp-cpu.yaml --slo-p99-ms 60 --network-ms 2
+    --rate 350 --instances 2 --schedule examples/schedules/step.yaml --ladder profiles/dense_mlp
     """
     from autobatch.cli.views import plan_renderable, plot_plan
     from autobatch.curve import load_curve
     from autobatch.plan.planner import make_plan
+    from autobatch.profiles import load_profiles
     from autobatch.profiles import write_profiles as write_profile_files
+    from autobatch.schedule import load_schedule
 
     result = make_plan(
         load_curve(curve),
@@ -186,6 +205,10 @@ def plan(
         batch_overhead_ms=batch_overhead_ms,
         request_overhead_ms=request_overhead_ms,
         seed=seed,
+        schedule=load_schedule(schedule) if schedule is not None else None,
+        schedule_label=str(schedule) if schedule is not None else None,
+        ladder=list(load_profiles(ladder).values()) if ladder is not None else None,
+        reaction_s=reaction_s,
     )
     written = (
         write_profile_files(result.profile_documents(), write_profiles, force=force)

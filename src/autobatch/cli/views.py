@@ -32,6 +32,7 @@ from autobatch.load.report import OK, LoadReport, RequestRecord
 from autobatch.plan.planner import Plan, VerdictKind
 from autobatch.plan.sessions import SessionsResult
 from autobatch.plan.simulator import SimResult
+from autobatch.plan.switching import SwitchingKind, SwitchingMap
 from autobatch.schedule import Schedule
 from autobatch.signals.window import Window
 
@@ -134,7 +135,7 @@ def plan_renderable(plan: Plan) -> RenderableType:
         title_justify="left",
     )
     for col in ("profile", "pref", "max", "delay ms", "p50", "p95", "p99", "rps",
-                "batch", "max rps", ""):
+                "batch", "device ms", "max rps", ""):
         cands.add_column(col, justify="left" if col in ("profile", "pref", "") else "right")
     rec = plan.recommended
     for c in plan.candidates:
@@ -142,7 +143,7 @@ def plan_renderable(plan: Plan) -> RenderableType:
         mark = "recommended" if rec is not None and c is rec else ("" if c.meets_slo else "misses SLO")
         cands.add_row(
             c.profile.name,
-            ",".join(map(str, c.profile.preferred_batch_size)),
+            ",".join(map(str, c.profile.preferred_batch_size)) or "none",
             str(c.profile.max_batch_size),
             f"{c.profile.max_queue_delay_us / 1000:.1f}",
             _ms(lat and lat.p50_ms),
@@ -150,19 +151,63 @@ def plan_renderable(plan: Plan) -> RenderableType:
             _ms(lat and lat.p99_ms),
             f"{c.at_load.throughput_rps:.1f}",
             f"{c.at_load.mean_batch:.2f}",
+            _ms(c.device_ms if c.device_ms == c.device_ms else None),
             f"{c.max_rate_rps:.0f}",
             mark,
         )
     parts.append(cands)
-    parts.append(Text("  pref: preferred batch sizes; max: max batch size. p50/p95/p99 (ms), rps "
-                      "(throughput) and batch (mean size) at the given load; max rps: the highest "
-                      "Poisson rate with p99 within the SLO"))
+    parts.append(Text("  pref: preferred batch sizes (none: Triton's default, read as [max]); max: max "
+                      "batch size. p50/p95/p99 (ms), rps (throughput), batch (mean size) and device ms "
+                      "(instance time per request) at the given load; max rps: the highest Poisson rate "
+                      "with p99 within the SLO. Recommended: the least device time within the SLO, "
+                      "the lowest p99 where it saves under 15%"))
     if rec is None:
         parts.append(Text("No candidate keeps p99 within the SLO at this load: only more "
                           "instances or replicas help.", style="bold red"))
+    if plan.switching is not None:
+        parts.append(Text(""))
+        parts.append(switching_renderable(plan.switching))
     for s in plan.sessions:
         parts.append(sessions_renderable(s))
     return Group(*parts)
+
+
+_SWITCHING_STYLE = {
+    SwitchingKind.DEFAULT: "bold green",
+    SwitchingKind.STATIC: "bold green",
+    SwitchingKind.PAYS: "bold cyan",
+    SwitchingKind.NEEDED: "bold cyan",
+    SwitchingKind.LATENCY: "bold yellow",
+    SwitchingKind.OVERLOADED: "bold red",
+}
+
+
+def switching_table(sw: SwitchingMap, title: str | None = None) -> Table:
+    """Each static profile and the oracle: per phase share over the SLO / p95, and device time."""
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left", title=title or (
+        f"Does switching pay here? {sw.schedule}, {sw.instances} instance(s), SLO {sw.slo_ms:g} ms "
+        f"(simulated; oracle reacts {sw.reaction_s:g} s into each phase)"))
+    t.add_column("strategy")
+    for p in sw.oracle.phases:
+        t.add_column(f"{p.phase} {p.rate_rps:g}/s\n> SLO / p95", justify="right")
+    t.add_column("device ms\nper request", justify="right")
+    t.add_column("vs default", justify="right")
+    default = next((s for s in sw.statics if s.name == "triton-default"), None)
+    for s in (*sw.statics, sw.oracle):
+        cells = [f"{p.over_slo:.1%} / {_ms(p.p95_ms)}" for p in s.phases]
+        ratio = ("-" if default is None or default.device_ms <= 0
+                 else f"{s.device_ms / default.device_ms:.2f}x")
+        name = s.name if s is not sw.oracle else "oracle: " + " > ".join(
+            dict.fromkeys(p.profile for p in s.phases))
+        t.add_row(name, *cells, f"{s.device_ms:.2f}", ratio)
+    return t
+
+
+def switching_renderable(sw: SwitchingMap) -> RenderableType:
+    return Group(
+        switching_table(sw),
+        Text(f"Does switching pay? {sw.verdict.message}", style=_SWITCHING_STYLE[sw.verdict.kind]),
+    )
 
 
 def sim_renderable(result: SimResult, title: str) -> RenderableType:

@@ -9,9 +9,15 @@
    what queues up, never wait for more) or *pays*;
 3. the largest batch whose run time fits the SLO, and the SLO equation
    (:mod:`autobatch.plan.slo`) at the profiles' max batch size;
-4. candidate profiles from latency-soft to aggressive, each run through the
-   simulator at the given load and swept over load to find the highest
-   Poisson rate it sustains within the SLO.
+4. candidate profiles, Triton's default first (no preferred sizes, no wait)
+   and then latency-soft to aggressive, each run through the simulator at the
+   given load and swept over load to find the highest Poisson rate it sustains
+   within the SLO; the recommendation follows the controller's objective (the
+   SLO first, then the least device time, the lowest latency where device time
+   barely differs);
+5. does switching pay here? (:mod:`autobatch.plan.switching`): over a schedule
+   of load, the default and each profile held static against an oracle that
+   switches per phase, on the SLO and on device time.
 
 Sizes past the last measured point are extrapolated guesses: unless the
 caller allows extrapolation, profiles never rely on them.
@@ -39,7 +45,9 @@ from autobatch.plan.slo import (
     largest_fitting_batch,
     queue_budget,
 )
+from autobatch.plan.switching import SwitchingMap, pick_profile, switching_map, triton_default
 from autobatch.profiles import Profile
+from autobatch.schedule import Phase, Schedule
 
 __all__ = [
     "Candidate",
@@ -49,6 +57,7 @@ __all__ = [
     "SweepPoint",
     "Verdict",
     "VerdictKind",
+    "assumed_step",
     "batching_verdict",
     "candidate_profiles",
     "gain_table",
@@ -424,6 +433,12 @@ class Candidate:
     slo_p99_ms: float
 
     @property
+    def device_ms(self) -> float:
+        """Instance milliseconds per request at the given load."""
+        r = self.at_load
+        return r.utilisation * r.instances * r.span_s * 1000.0 / r.completed if r.completed else math.nan
+
+    @property
     def meets_slo(self) -> bool:
         lat = self.at_load.latency
         return (
@@ -449,6 +464,7 @@ class Candidate:
                 "throughput_rps": round(self.at_load.throughput_rps, 3),
                 "mean_batch": round(self.at_load.mean_batch, 3),
                 "utilisation": round(self.at_load.utilisation, 4),
+                "device_ms_per_request": None if math.isnan(self.device_ms) else round(self.device_ms, 4),
             },
             "meets_slo": self.meets_slo,
             "max_rate_rps": round(self.max_rate_rps, 2),
@@ -473,6 +489,8 @@ class Plan:
     candidates: tuple[Candidate, ...]
     sessions: tuple[SessionsResult, ...] = ()
     allow_extrapolation: bool = False
+    switching: SwitchingMap | None = None
+    """Does switching pay here: the default, each profile and an oracle over a schedule."""
 
     @property
     def example(self) -> Budget:
@@ -480,14 +498,22 @@ class Plan:
 
     @property
     def recommended(self) -> Candidate | None:
-        """At the given load: the candidate with the lowest p99 among those within the
-        SLO; with batching that loses, batch 1 whenever it is within the SLO."""
+        """At the given load, the controller's objective among the candidates within the
+        SLO: the least device time, unless it saves under 15% against the lowest-p99
+        one, then the lowest p99. With batching that loses, batch 1 whenever it is
+        within the SLO."""
         ok = [c for c in self.candidates if c.meets_slo]
         if not ok:
             return None
-        if self.verdict.kind is VerdictKind.LOSES and self.candidates[0] in ok:
-            return self.candidates[0]
-        return min(ok, key=lambda c: c.at_load.latency.p99_ms if c.at_load.latency else math.inf)
+        soft = next((c for c in ok if c.profile.name == "latency-soft"), None)
+        if self.verdict.kind is VerdictKind.LOSES and soft is not None:
+            return soft
+        name = pick_profile([
+            (c.profile.name, 0.0, c.at_load.latency.p99_ms if c.at_load.latency else math.inf,
+             c.device_ms if not math.isnan(c.device_ms) else math.inf)
+            for c in ok
+        ])
+        return next(c for c in ok if c.profile.name == name)
 
     @property
     def extrapolated_sizes(self) -> tuple[int, ...]:
@@ -538,6 +564,7 @@ class Plan:
             "candidates": [c.to_dict() for c in self.candidates],
             "recommended": None if rec is None else rec.profile.name,
             "sessions": [s.to_dict() for s in self.sessions],
+            "switching": None if self.switching is None else self.switching.to_dict(),
         }
 
 
@@ -561,6 +588,10 @@ def make_plan(
     sweep_points: int = 16,
     sweep_requests: int = 20_000,
     seed: int = 0,
+    schedule: Schedule | None = None,
+    ladder: Sequence[Profile] | None = None,
+    reaction_s: float = 2.0,
+    schedule_label: str | None = None,
 ) -> Plan:
     """Everything ``autobatch plan`` prints, for one curve, SLO and load.
 
@@ -568,6 +599,10 @@ def make_plan(
     same quantity the SLO bounds. ``duration_s`` is how long the given load is
     simulated; ``sweep_points`` and ``sweep_requests`` size the search for
     each candidate's highest sustained rate.
+
+    "Does switching pay here?" runs over ``schedule`` (default: a step from a
+    tenth of the load to the load and back, :func:`assumed_step`) with ``ladder``
+    (default: the candidates), the oracle reacting ``reaction_s`` into each phase.
     """
     if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or (
         max_batch_size < 1
@@ -605,6 +640,14 @@ def make_plan(
         model_max_batch_size=max_batch_size,
     )
     workload = load.workload(duration_s, seed)
+    default = triton_default(max_batch_size, model=model)
+    if instances != 1:
+        default = Profile(**{**default.__dict__, "instance_count": instances})
+    # A candidate Triton would run exactly as its default (no wait, the only preferred
+    # size the max) is the default: proposed once, under the default's name.
+    same = (default.effective_preferred, 0, default.max_batch_size)
+    profiles = (default, *(p for p in profiles
+                           if (p.effective_preferred, p.max_queue_delay_us, p.max_batch_size) != same))
     candidates = []
     for prof in profiles:
         at_load = simulate(prof, service, workload, instances=instances, seed=seed)
@@ -633,6 +676,15 @@ def make_plan(
             )
             for policy in SESSION_POLICIES
         )
+    if schedule is None:
+        schedule = assumed_step(load.offered_rps)
+        low = schedule.phases[0].rate_rps
+        schedule_label = f"an assumed step, {low:g} -> {load.offered_rps:g} -> {low:g} rps"
+    switching = switching_map(
+        list(ladder) if ladder else list(profiles), service, schedule,
+        slo_ms=slo_p99_ms, slo_share=0.01, instances=instances, reaction_s=reaction_s, seed=seed,
+        label=schedule_label or "the given schedule",
+    )
     return Plan(
         curve=curve,
         slo_p99_ms=float(slo_p99_ms),
@@ -648,4 +700,12 @@ def make_plan(
         candidates=tuple(candidates),
         sessions=tuple(session_results),
         allow_extrapolation=allow_extrapolation,
+        switching=switching,
     )
+
+
+def assumed_step(rate_rps: float) -> Schedule:
+    """The schedule "does switching pay?" assumes without one: a tenth of the load for
+    20 s, the load for 40 s, a tenth again for 20 s."""
+    low = max(rate_rps / 10.0, 0.1)
+    return Schedule((Phase("low", low, 20.0), Phase("high", rate_rps, 40.0), Phase("low-again", low, 20.0)))

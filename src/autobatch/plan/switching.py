@@ -1,0 +1,488 @@
+"""Does switching pay here? Triton's default, each static profile, and an oracle that switches.
+
+"Does batching pay?" (:func:`autobatch.plan.planner.batching_verdict`) asks
+whether larger batches are cheaper per item on this device. This asks the next
+question, the one a Triton user asks of any controller: over a schedule of
+load, does moving between profiles beat leaving one profile in place, Triton's
+default (no preferred sizes, no wait) included, on the SLO and on device time?
+
+For one batch curve, a ladder of profiles, an instance count, a schedule and an
+SLO, the simulator runs:
+
+* every profile statically through the whole schedule (backlogs carry over
+  from one phase to the next, as on a real server): per phase the share of
+  requests over the SLO and p95; over the schedule the device time per request
+  (instance milliseconds per request served);
+* every profile on every phase alone, from an empty queue: the steady figures of
+  that profile at that load, which the oracle picks from;
+* an **oracle**: for each phase it knows the profile the objective picks (the
+  controller's objective: keep the share over the SLO at the best any profile
+  reaches, then the least device time; when no profile saves at least
+  ``min_device_saving`` over the lowest-latency one, the lowest latency), and
+  puts it in force ``reaction_s`` after the phase begins; until then the
+  previous phase's pick serves. Each stretch of one profile is simulated on its
+  own, from an empty queue, and a stretch's backlog drains on its own
+  instances: what two warm variants behind a gateway do. So the oracle is an
+  upper bound on a controller: it never mistakes a phase, and a reload (where
+  old and new copies share the device while the backlog drains) does a little
+  worse.
+
+The verdict compares the oracle with the best static choice: the profile that
+misses the fewest phases (a phase is missed when its share over the SLO is more
+than ``tolerance`` above the best any choice reaches in that phase), then with
+the least device time. If that profile is within ``tolerance`` of the oracle in
+every phase and within ``min_device_saving`` of its device time, one static
+profile is the answer (and when it is Triton's default, leave Triton alone);
+otherwise switching pays, and the verdict says whether on the SLO, on device
+time, or both.
+
+Pure: values in, values out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import numpy as np
+
+from autobatch.errors import ConfigError
+from autobatch.plan.simulator import ServiceModel, Workload, simulate
+from autobatch.profiles import Profile
+from autobatch.schedule import Schedule
+
+__all__ = [
+    "DEFAULT_PROFILE",
+    "PhaseFigures",
+    "Strategy",
+    "SwitchingKind",
+    "SwitchingMap",
+    "SwitchingVerdict",
+    "pick_profile",
+    "switching_map",
+    "triton_default",
+]
+
+DEFAULT_PROFILE = "triton-default"
+"""The name of Triton's own default as a profile (profiles/<model>/triton-default.yaml)."""
+
+
+def triton_default(max_batch_size: int, model: str | None = None, source: str = "<plan>") -> Profile:
+    """Triton's default dynamic batching: no preferred sizes (read as ``[max_batch_size]``),
+    no delay. The batcher sends whatever is queued when an instance frees."""
+    return Profile(
+        name=DEFAULT_PROFILE,
+        max_batch_size=max_batch_size,
+        preferred_batch_size=(),
+        max_queue_delay_us=0,
+        model=model,
+        source=source,
+    )
+
+
+# -- results --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PhaseFigures:
+    """What one strategy got in one phase."""
+
+    phase: str
+    rate_rps: float
+    requests: int
+    over_slo: float
+    """Share of the phase's requests slower than the SLO latency (0..1)."""
+    p95_ms: float | None
+    device_ms: float | None
+    """Instance milliseconds per request (steady figure of the profile at this phase's load)."""
+    profile: str
+    """The profile in force for most of the phase (the oracle's pick; a static's own name)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "phase": self.phase,
+            "rate_rps": self.rate_rps,
+            "requests": self.requests,
+            "over_slo": round(self.over_slo, 5),
+            "p95_ms": None if self.p95_ms is None else round(self.p95_ms, 3),
+            "device_ms": None if self.device_ms is None else round(self.device_ms, 4),
+            "profile": self.profile,
+        }
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A static profile, or the oracle, over the whole schedule."""
+
+    name: str
+    phases: tuple[PhaseFigures, ...]
+    over_slo: float
+    """Share of all requests over the SLO."""
+    device_ms: float
+    """Instance milliseconds per request over the whole schedule."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "over_slo": round(self.over_slo, 5),
+            "device_ms": round(self.device_ms, 4),
+            "phases": [p.to_dict() for p in self.phases],
+        }
+
+
+class SwitchingKind(str, Enum):
+    DEFAULT = "default"
+    """Triton's default is the answer: no profile, no controller."""
+    STATIC = "static"
+    """One static profile (not the default) is the answer: set it and leave it."""
+    PAYS = "pays"
+    """Switching saves device time over every static choice that keeps the SLO."""
+    NEEDED = "needed"
+    """No static profile keeps every phase as well as switching does."""
+    LATENCY = "latency"
+    """A static profile matches switching on the SLO and device time, but not on latency."""
+    OVERLOADED = "overloaded"
+    """Some phase is over the SLO whatever the profile: more instances help, not switching."""
+
+
+@dataclass(frozen=True)
+class SwitchingVerdict:
+    kind: SwitchingKind
+    best_static: str
+    device_ratio: float
+    """The oracle's device time over the best static choice's (< 1: switching saves)."""
+    missed_phases: tuple[str, ...]
+    """Phases the best static choice misses (more than the tolerance over the best)."""
+    message: str
+
+    @property
+    def switching_pays(self) -> bool:
+        return self.kind in (SwitchingKind.PAYS, SwitchingKind.NEEDED, SwitchingKind.LATENCY)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.value,
+            "switching_pays": self.switching_pays,
+            "best_static": self.best_static,
+            "device_ratio": round(self.device_ratio, 4),
+            "missed_phases": list(self.missed_phases),
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True)
+class SwitchingMap:
+    schedule: str
+    instances: int
+    slo_ms: float
+    reaction_s: float
+    statics: tuple[Strategy, ...]
+    oracle: Strategy
+    verdict: SwitchingVerdict
+
+    def static(self, name: str) -> Strategy:
+        for s in self.statics:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schedule": self.schedule,
+            "instances": self.instances,
+            "slo_ms": self.slo_ms,
+            "reaction_s": self.reaction_s,
+            "statics": [s.to_dict() for s in self.statics],
+            "oracle": self.oracle.to_dict(),
+            "verdict": self.verdict.to_dict(),
+        }
+
+
+# -- the objective --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Option:
+    name: str
+    over_slo: float
+    p95_ms: float
+    device_ms: float
+
+
+def pick_profile(
+    options: Sequence[tuple[str, float, float, float]],
+    *,
+    tolerance: float = 0.01,
+    min_device_saving: float = 0.15,
+) -> str:
+    """The controller's objective at one load: ``options`` are
+    ``(name, share over the SLO, p95 ms, device ms per request)``.
+
+    Keep the share over the SLO within ``tolerance`` of the best any option
+    reaches; among those, the least device time, unless it saves less than
+    ``min_device_saving`` against the lowest-latency one: then the lowest latency
+    (at low load device time barely differs, and latency is what is left to win).
+    Ties go to the earlier option.
+    """
+    if not options:
+        raise ConfigError("pick_profile needs at least one option")
+    opts = [_Option(*o) for o in options]
+    best = min(o.over_slo for o in opts)
+    ok = [o for o in opts if o.over_slo <= best + tolerance + 1e-12]
+    fastest = min(ok, key=lambda o: o.p95_ms)
+    cheapest = min(ok, key=lambda o: o.device_ms)
+    if cheapest.device_ms <= fastest.device_ms * (1.0 - min_device_saving) + 1e-12:
+        return cheapest.name
+    return fastest.name
+
+
+# -- the simulation -------------------------------------------------------------------------
+
+
+def _device_ms(result: Any) -> float:
+    """Instance milliseconds per completed request of a simulated run."""
+    if result.completed == 0:
+        return math.nan
+    return result.utilisation * result.instances * result.span_s * 1000.0 / result.completed
+
+
+def _run(profile: Profile, service: ServiceModel, t_s: np.ndarray, duration_s: float,
+         instances: int, seed: int) -> tuple[np.ndarray, float]:
+    """Latencies (ms, arrival order) and total instance ms of ``t_s`` (from 0) under ``profile``."""
+    if t_s.shape[0] == 0:
+        return np.zeros(0), 0.0
+    work = Workload(t_s=t_s, duration_s=max(duration_s, float(t_s[-1]) + 1e-6))
+    res = simulate(profile, service, work, instances=instances, seed=seed, keep_latencies=True)
+    lat = res.latencies_ms
+    assert lat is not None and lat.shape[0] == t_s.shape[0], "every request completes without queue policies"
+    return lat, res.utilisation * res.instances * res.span_s * 1000.0
+
+
+def _p95(lat: np.ndarray) -> float | None:
+    return float(np.percentile(lat, 95)) if lat.shape[0] else None
+
+
+def switching_map(
+    profiles: Sequence[Profile],
+    service: ServiceModel,
+    schedule: Schedule,
+    *,
+    slo_ms: float,
+    instances: int = 1,
+    slo_share: float = 0.05,
+    reaction_s: float = 2.0,
+    tolerance: float = 0.01,
+    min_device_saving: float = 0.15,
+    seed: int = 0,
+    label: str = "schedule",
+) -> SwitchingMap:
+    """Simulate the default, each static profile and the oracle over ``schedule``.
+
+    ``profiles`` is the ladder; Triton's default is added (with the ladder's
+    largest ``max_batch_size``) when no profile of it is there. ``slo_ms`` is the
+    latency a request must beat; the share over it is what every comparison uses,
+    and ``slo_share`` the share the SLO allows (0.05 for a p95 SLO, 0.01 for p99):
+    a phase no strategy keeps within it is overloaded.
+    """
+    if not profiles:
+        raise ConfigError("switching_map needs at least one profile")
+    if not (math.isfinite(slo_ms) and slo_ms > 0):
+        raise ConfigError(f"slo_ms = {slo_ms!r}: must be a number > 0")
+    if not (math.isfinite(reaction_s) and reaction_s >= 0):
+        raise ConfigError(f"reaction_s = {reaction_s!r}: must be a number >= 0 seconds")
+    if isinstance(instances, bool) or not isinstance(instances, int) or instances < 1:
+        raise ConfigError(f"instances = {instances!r}: must be an integer >= 1")
+    ladder = sorted(profiles, key=lambda p: p.name != DEFAULT_PROFILE)  # the default first: ties go to it
+    if ladder[0].name != DEFAULT_PROFILE:
+        ladder.insert(0, triton_default(max(p.max_batch_size for p in ladder), model=ladder[0].model))
+    work = Workload.from_schedule(schedule, seed)
+    t, phase_of = work.t_s, work.phase
+    assert phase_of is not None
+    starts = list(schedule.starts_s)
+    ends = starts[1:] + [schedule.duration_s]
+    phases = schedule.phases
+    masks = [phase_of == i for i in range(len(phases))]
+    n_total = max(int(t.shape[0]), 1)
+
+    # Each profile on each phase alone, from an empty queue: the oracle's menu.
+    steady: dict[tuple[str, int], tuple[float, float, float]] = {}
+    for i, phase in enumerate(phases):
+        ti = t[masks[i]] - starts[i]
+        for p in ladder:
+            lat, busy = _run(p, service, ti, phase.duration_s, instances, seed)
+            n = lat.shape[0]
+            steady[(p.name, i)] = (
+                float((lat > slo_ms).mean()) if n else 0.0,
+                _p95(lat) if n else 0.0,
+                busy / n if n else math.nan,
+            )
+
+    def phase_figures(name: str, lat: np.ndarray, chosen: Sequence[str]) -> tuple[PhaseFigures, ...]:
+        out = []
+        for i, phase in enumerate(phases):
+            mine = lat[masks[i]]
+            dev = steady[(chosen[i], i)][2]
+            out.append(PhaseFigures(
+                phase=phase.name,
+                rate_rps=phase.rate_rps,
+                requests=int(mine.shape[0]),
+                over_slo=float((mine > slo_ms).mean()) if mine.shape[0] else 0.0,
+                p95_ms=_p95(mine),
+                device_ms=None if math.isnan(dev) else dev,
+                profile=chosen[i],
+            ))
+        return tuple(out)
+
+    statics = []
+    for p in ladder:
+        lat, busy = _run(p, service, t, schedule.duration_s, instances, seed)
+        statics.append(Strategy(
+            name=p.name,
+            phases=phase_figures(p.name, lat, [p.name] * len(phases)),
+            over_slo=float((lat > slo_ms).mean()) if lat.shape[0] else 0.0,
+            device_ms=busy / n_total,
+        ))
+
+    # The oracle's picks, then the timeline with the reaction delay.
+    picks = []
+    for i, phase in enumerate(phases):
+        if phase.rate_rps <= 0 or not masks[i].any():
+            picks.append(picks[-1] if picks else ladder[0].name)
+            continue
+        picks.append(pick_profile(
+            [(p.name, *steady[(p.name, i)]) for p in ladder],
+            tolerance=tolerance, min_device_saving=min_device_saving,
+        ))
+    segments: list[tuple[float, float, str]] = []  # (from, to, profile)
+    for i in range(len(phases)):
+        begin = starts[i] if i == 0 else starts[i] + reaction_s
+        end = ends[i] + reaction_s if i + 1 < len(phases) else math.inf
+        if i + 1 < len(phases):
+            end = min(end, ends[i + 1])
+        if i == 0:
+            begin = 0.0
+        segments.append((begin, end, picks[i]))
+    merged: list[list[Any]] = []
+    for a, b, name in segments:
+        if merged and merged[-1][2] == name:
+            merged[-1][1] = b
+        else:
+            merged.append([a, b, name])
+    by_name = {p.name: p for p in ladder}
+    lat_all = np.zeros(t.shape[0])
+    busy_all = 0.0
+    for a, b, name in merged:
+        sel = (t >= a) & (t < b)
+        idx = np.nonzero(sel)[0]
+        if idx.shape[0] == 0:
+            continue
+        span = (min(b, schedule.duration_s) - a) if math.isfinite(b) else schedule.duration_s - a
+        lat, busy = _run(by_name[name], service, t[idx] - a, max(span, 1e-3), instances, seed)
+        lat_all[idx] = lat
+        busy_all += busy
+    oracle = Strategy(
+        name="oracle",
+        phases=phase_figures("oracle", lat_all, picks),
+        over_slo=float((lat_all > slo_ms).mean()) if t.shape[0] else 0.0,
+        device_ms=busy_all / n_total,
+    )
+    verdict = _verdict(statics, oracle, tolerance=tolerance, min_device_saving=min_device_saving,
+                       slo_share=slo_share, instances=instances)
+    return SwitchingMap(label, instances, float(slo_ms), float(reaction_s), tuple(statics), oracle, verdict)
+
+
+def _verdict(
+    statics: Sequence[Strategy], oracle: Strategy, *, tolerance: float, min_device_saving: float,
+    slo_share: float, instances: int,
+) -> SwitchingVerdict:
+    n = len(oracle.phases)
+    best_per_phase = [
+        min([s.phases[i].over_slo for s in statics] + [oracle.phases[i].over_slo]) for i in range(n)
+    ]
+    overloaded = tuple(oracle.phases[i].phase for i in range(n) if best_per_phase[i] > slo_share + 1e-12)
+
+    def missed(s: Strategy) -> tuple[str, ...]:
+        return tuple(
+            s.phases[i].phase for i in range(n)
+            if s.phases[i].requests and s.phases[i].over_slo > best_per_phase[i] + tolerance + 1e-12
+        )
+
+    def ratio_to(s: Strategy) -> float:
+        return oracle.device_ms / s.device_ms if s.device_ms > 0 else 1.0
+
+    if overloaded:
+        best = min(statics, key=lambda s: (sum(p.over_slo for p in s.phases), s.device_ms))
+        return SwitchingVerdict(
+            SwitchingKind.OVERLOADED, best.name, ratio_to(best), overloaded,
+            f"no profile keeps {', '.join(overloaded)} within the SLO on {instances} instance(s) "
+            f"(at best {max(best_per_phase):.0%} of requests over it): more instances or replicas "
+            f"help there, not a profile or switching",
+        )
+    default = next((s for s in statics if s.name == DEFAULT_PROFILE), None)
+    versus = "" if default is None else (
+        f"; against Triton's default, switching uses {ratio_to(default):.2f}x the device time")
+    # A static profile that is as good as switching on all three counts is the answer.
+    matches = [s for s in statics if not missed(s) and ratio_to(s) > 1.0 - min_device_saving
+               and not _latency_cost(s, oracle)]
+    if matches:
+        chosen = default if default in matches else min(matches, key=lambda s: s.device_ms)
+        kind = SwitchingKind.DEFAULT if chosen is default else SwitchingKind.STATIC
+        head = ("one static profile is the answer, and it is Triton's default: leave Triton alone"
+                if kind is SwitchingKind.DEFAULT else f"one static profile is the answer: {chosen.name}")
+        return SwitchingVerdict(
+            kind, chosen.name, ratio_to(chosen), (),
+            f"{head}; switching would save {max(0.0, 1 - ratio_to(chosen)):.0%} device time at best"
+            + _cheaper(chosen, statics, missed),
+        )
+    best = min(statics, key=lambda s: (len(missed(s)), s.device_ms))
+    ratio = ratio_to(best)
+    misses = missed(best)
+    if misses and len(missed(oracle)) < len(misses):
+        return SwitchingVerdict(
+            SwitchingKind.NEEDED, best.name, ratio, misses,
+            f"switching pays: no static profile keeps every phase; the best, {best.name}, goes "
+            f"more than {tolerance:.0%} over the SLO beyond the best choice in "
+            f"{', '.join(misses)}; switching uses {ratio:.2f}x its device time{versus}",
+        )
+    if ratio <= 1.0 - min_device_saving:
+        return SwitchingVerdict(
+            SwitchingKind.PAYS, best.name, ratio, misses,
+            f"switching pays: {1 - ratio:.0%} less device time per request than the best static "
+            f"profile, {best.name}, with every phase as close to the SLO{versus}",
+        )
+    return SwitchingVerdict(
+        SwitchingKind.LATENCY, best.name, ratio, misses,
+        f"switching pays in latency, not device time: the best static profile, {best.name}, "
+        f"uses {1 / ratio:.2f}x switching's device time, but{_latency_cost(best, oracle, lead='')}{versus}",
+    )
+
+
+def _cheaper(chosen: Strategy, statics: Sequence[Strategy], missed: Any) -> str:
+    """The static profile that would save the most device time without missing a phase, and its price."""
+    others = [s for s in statics if s.name != chosen.name and not missed(s)
+              and s.device_ms < chosen.device_ms]
+    if not others:
+        return ""
+    cheap = min(others, key=lambda s: s.device_ms)
+    cost = _latency_cost(cheap, chosen)
+    return (f"; {cheap.name} would save {1 - cheap.device_ms / chosen.device_ms:.0%} device time"
+            + (_latency_cost(cheap, chosen, lead=", at") if cost else ""))
+
+
+def _latency_cost(best: Strategy, oracle: Strategy,
+                  lead: str = "; it pays in latency where switching does not:") -> str:
+    """What ``best`` gives up in latency against ``oracle`` (p95 over 1.1x in some phase)."""
+    worst = None
+    for s, o in zip(best.phases, oracle.phases):
+        if s.p95_ms is None or o.p95_ms is None or o.p95_ms <= 0:
+            continue
+        ratio = s.p95_ms / o.p95_ms
+        if ratio > 1.1 and (worst is None or ratio > worst[0]):
+            worst = (ratio, s.phase, s.p95_ms, o.p95_ms)
+    if worst is None:
+        return ""
+    ratio, phase, mine, theirs = worst
+    return f"{lead} p95 {mine:.0f} ms vs {theirs:.0f} ms in {phase} ({ratio:.1f}x)"
