@@ -148,11 +148,11 @@ def test_plan_with_extrapolation_allowed_uses_larger_batches():
     assert max(c.profile.max_batch_size for c in plan.candidates) == 16
 
 
-def test_plan_with_sessions_reports_both_policies():
+def test_plan_with_sessions_reports_every_policy():
     plan = make_plan(load_curve(CURVES / "laptop-512x288-fp16.yaml"), 100, 10, sessions=4, fps=30,
                      **FAST)
     assert plan.load.offered_rps == 120
-    assert [s.policy for s in plan.sessions] == ["oldest-first", "batch-waiting"]
+    assert [s.policy for s in plan.sessions] == ["oldest-first", "batch-waiting", "round-robin"]
     assert all(len(s.per_session_fps) == 4 for s in plan.sessions)
 
 

@@ -49,7 +49,7 @@ def simulate(
     sessions: Annotated[int | None, typer.Option(help="Sessions workload: this many streams.")] = None,
     fps: Annotated[float | None, typer.Option(help="Frames per second of each stream.")] = None,
     session_policy: Annotated[
-        str, typer.Option(help="oldest-first or batch-waiting.")
+        str, typer.Option(help="oldest-first, batch-waiting or round-robin.")
     ] = "oldest-first",
     instances: Annotated[int | None, typer.Option(help="Model instances [profile's, or 1].")] = None,
     priority_mix: Annotated[

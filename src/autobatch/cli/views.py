@@ -253,11 +253,14 @@ def sim_renderable(result: SimResult, title: str) -> RenderableType:
 
 
 def sessions_renderable(result: SessionsResult) -> RenderableType:
+    """Per session, then all sessions together; the same for a simulated and a measured run."""
+    util = "" if result.utilisation is None else f", device busy {result.utilisation:.0%}"
+    kind = "measured" if result.measured else "simulated"
     t = Table(
         box=box.SIMPLE_HEAD,
-        title=f"Sessions: {result.sessions} streams at {result.fps:g} fps, policy "
-        f"{result.policy} (mean batch {result.mean_batch:.2f}, device busy "
-        f"{result.utilisation:.0%})",
+        title=f"Sessions ({kind}): {result.sessions} streams at {result.fps:g} fps for "
+        f"{result.duration_s:g} s, policy {result.policy} (mean batch {result.mean_batch:.2f}"
+        f"{util})",
         title_justify="left",
     )
     for col in ("session", "delivered fps", "overwritten", "p50 ms", "p99 ms"):
@@ -266,8 +269,13 @@ def sessions_renderable(result: SessionsResult) -> RenderableType:
         lat = s.latency
         t.add_row(str(s.session), f"{s.fps:.2f}", f"{s.overwritten_frac:.1%}",
                   _ms(lat and lat.p50_ms), _ms(lat and lat.p99_ms))
+    lat = result.latency
+    t.add_section()
+    t.add_row("all", f"{result.mean_session_fps:.2f} mean, {result.slowest_session_fps:.2f} min",
+              f"{result.overwritten_frac:.1%}", _ms(lat and lat.p50_ms), _ms(lat and lat.p99_ms))
+    if result.failed:
+        return Group(t, Text(f"{result.failed} frames failed", style="bold red"))
     return t
-
 
 
 # -- plots of the planner ----------------------------------------------------------------

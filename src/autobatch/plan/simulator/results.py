@@ -9,33 +9,9 @@ from typing import Any
 import numpy as np
 
 from autobatch.plan.simulator.workload import Workload
+from autobatch.stats import LatencyStats  # shared with the sessions results (autobatch.sessions)
 
 __all__ = ["LatencyStats", "PhaseResult", "PriorityResult", "SimResult"]
-
-
-@dataclass(frozen=True)
-class LatencyStats:
-    p50_ms: float
-    p95_ms: float
-    p99_ms: float
-    mean_ms: float
-    max_ms: float
-
-    @classmethod
-    def of(cls, ms: np.ndarray) -> LatencyStats | None:
-        if ms.shape[0] == 0:
-            return None
-        p50, p95, p99 = np.percentile(ms, (50, 95, 99))
-        return cls(float(p50), float(p95), float(p99), float(ms.mean()), float(ms.max()))
-
-    def to_dict(self) -> dict[str, float]:
-        return {
-            "p50": round(self.p50_ms, 3),
-            "p95": round(self.p95_ms, 3),
-            "p99": round(self.p99_ms, 3),
-            "mean": round(self.mean_ms, 3),
-            "max": round(self.max_ms, 3),
-        }
 
 
 def _latency_dict(stats: LatencyStats | None) -> dict[str, float] | None:

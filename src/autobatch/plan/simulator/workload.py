@@ -10,6 +10,7 @@ import numpy as np
 
 from autobatch.errors import ConfigError
 from autobatch.schedule import Schedule, arrivals
+from autobatch.sessions import stream_frames  # the frames of `simulate --sessions` and `load --sessions`
 
 __all__ = ["Workload", "stream_frames"]
 
@@ -123,32 +124,6 @@ class Workload:
         """
         t = stream_frames(sessions, fps, duration_s, seed)[0]
         return cls(t_s=t, duration_s=duration_s, label=f"{sessions} streams at {fps:g} fps")
-
-
-def stream_frames(
-    sessions: int, fps: float, duration_s: float, seed: int = 0
-) -> tuple[np.ndarray, np.ndarray]:
-    """Frame times and session ids of periodic streams with random phases, sorted by time."""
-    if isinstance(sessions, bool) or not isinstance(sessions, int) or sessions < 1:
-        raise ConfigError(f"sessions = {sessions!r}: must be an integer >= 1")
-    if not (math.isfinite(fps) and fps > 0):
-        raise ConfigError(f"fps = {fps!r}: must be a number > 0")
-    if not (math.isfinite(duration_s) and duration_s > 0):
-        raise ConfigError(f"duration_s = {duration_s!r}: must be a number > 0")
-    period = 1.0 / fps
-    rng = np.random.default_rng(seed)
-    offsets = rng.uniform(0.0, period, size=sessions)
-    times, ids = [], []
-    for s, off in enumerate(offsets):
-        n = int(math.floor((duration_s - off) / period)) + 1 if off < duration_s else 0
-        ts = off + np.arange(n, dtype=np.float64) * period
-        ts = ts[ts < duration_s]
-        times.append(ts)
-        ids.append(np.full(ts.shape[0], s, dtype=np.int64))
-    t = np.concatenate(times)
-    sid = np.concatenate(ids)
-    order = np.argsort(t, kind="stable")
-    return t[order], sid[order]
 
 
 def _priorities(n: int, mix: Mapping[int, float] | None, seed: int) -> np.ndarray | None:
