@@ -103,6 +103,9 @@ def test_public_names_are_pinned():
         "FLUSH_REASONS",
         "MicroBatcher",
         "PROTOCOLS",
+        "SessionBatcher",
+        "SessionCounts",
+        "SessionStatistics",
         "SyncTritonBatchClient",
         "TritonBatchClient",
     ]

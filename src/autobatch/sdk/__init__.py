@@ -5,6 +5,9 @@
 * :class:`TritonBatchClient` -- ``await client.infer({name: array})`` against one
   Triton model over gRPC or HTTP, requests merged along the batch dimension;
 * :class:`SyncTritonBatchClient` -- the same for threads;
+* :class:`SessionBatcher` -- latest-only frames from many sessions (video streams)
+  over a :class:`TritonBatchClient`: one request in flight, a newer frame
+  overwrites a waiting one, the next request picked by a session policy;
 * :class:`BatcherMetrics` -- optional Prometheus metrics on an injected registry.
 
 Errors are :class:`~autobatch.errors.BatcherError` and its subclasses
@@ -14,6 +17,7 @@ for what Triton answers, :class:`~autobatch.errors.TritonError`.
 
 from autobatch.sdk.batcher import BACKPRESSURE_MODES, FLUSH_REASONS, BatcherStatistics, MicroBatcher
 from autobatch.sdk.metrics import BatcherMetrics
+from autobatch.sdk.sessions import SessionBatcher, SessionCounts, SessionStatistics
 from autobatch.sdk.triton import PROTOCOLS, SyncTritonBatchClient, TritonBatchClient
 
 __all__ = [
@@ -23,6 +27,9 @@ __all__ = [
     "BatcherMetrics",
     "BatcherStatistics",
     "MicroBatcher",
+    "SessionBatcher",
+    "SessionCounts",
+    "SessionStatistics",
     "SyncTritonBatchClient",
     "TritonBatchClient",
 ]
