@@ -40,6 +40,13 @@ def load(
     seed: Annotated[int, typer.Option(help="Seed of the arrival times and the inputs.")] = 0,
     timeout_ms: Annotated[float, typer.Option(help="Per-request client timeout.")] = 10_000.0,
     batch_size: Annotated[int, typer.Option(help="Batch dimension of every request.")] = 1,
+    sessions: Annotated[
+        int | None, typer.Option(help="Instead of a rate: this many latest-only streams ...")
+    ] = None,
+    fps: Annotated[float | None, typer.Option(help="... at this many frames per second each.")] = None,
+    session_policy: Annotated[
+        str, typer.Option(help="oldest-first, batch-waiting or round-robin.")
+    ] = "batch-waiting",
 ) -> None:
     """Send open-loop load to a Triton model and report latency and failures per phase.
 
@@ -47,10 +54,24 @@ def load(
     returned. The run ends after the schedule plus a drain of the timeout + 1 s.
     Warns (stderr) when the generator itself fell behind its schedule.
 
+    With --sessions K --fps F: K camera-like streams for --duration seconds
+    (default 10), each keeping only its newest frame, one request in flight,
+    the next one picked by --session-policy; the report is per session (fps,
+    p50/p99, overwritten share), as `autobatch simulate --sessions` gives it.
+
     Example: autobatch load --url 127.0.0.1:8001 --model dense_mlp --rate 100 --duration 10
 
     Example: autobatch load --model dense_mlp --schedule examples/schedules/step.yaml --out r.jsonl
+
+    Example: autobatch load --model emulated_accelerator --sessions 4 --fps 30
+    --session-policy round-robin --duration 20
     """
+    if sessions is not None or fps is not None:
+        if rate is not None or schedule is not None:
+            raise ConfigError("give one load: --rate/--schedule, or --sessions K --fps F")
+        _load_sessions(model, url, protocol, sessions, fps, session_policy, duration, out_path,
+                       json_output, seed, timeout_ms, batch_size)
+        return
     from rich.live import Live
 
     from autobatch.cli.views import LiveStatus, failure_lines, report_table
@@ -107,6 +128,49 @@ def load(
             + (f"; records in {out_path}" if out_path else "")
         )
     for warning in report.warnings:
+        warn(warning)
+
+
+def _load_sessions(
+    model: str, url: str | None, protocol: str, sessions: int | None, fps: float | None,
+    policy: str, duration: float | None, out_path: Path | None, json_output: bool, seed: int,
+    timeout_ms: float, rows: int,
+) -> None:
+    from autobatch.cli.views import sessions_renderable
+    from autobatch.load import default_url
+    from autobatch.load.sessions import run_sessions
+
+    if sessions is None or fps is None:
+        raise ConfigError("--sessions and --fps go together: give both")
+    if url is None:
+        url = default_url(protocol)
+    stop = threading.Event()
+
+    def _on_sigint(signum: int, frame: Any) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+        err.print("stopping: serving the frames still waiting (Ctrl-C again to abort) ...")
+
+    previous = signal.signal(signal.SIGINT, _on_sigint)
+    try:
+        status = (err.status(f"{sessions} sessions at {fps:g} fps, {policy}, on {model} ...")
+                  if err.is_terminal else contextlib.nullcontext())
+        with status:
+            result = run_sessions(
+                url, model, sessions, fps, policy=policy,
+                duration_s=10.0 if duration is None else duration, protocol=protocol, seed=seed,
+                timeout_s=timeout_ms / 1000.0, rows=rows, out=out_path, stop=stop,
+            )
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if json_output:
+        print_json(result.to_dict())
+    else:
+        out.print(sessions_renderable(result))
+        if out_path:
+            out.print(f"frame records in {out_path}")
+    for warning in result.warnings:
         warn(warning)
 
 

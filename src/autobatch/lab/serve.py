@@ -316,8 +316,9 @@ class TritonServer:
                     raise
                 raise ServeError(f"{exc}: {self.log_tail()}") from None
 
-    def load_emulator(self, curve: Any) -> None:
-        """(Re)load the emulated accelerator with ``curve`` as its batch curve."""
+    def load_emulator(self, curve: Any, profile: Any = None) -> None:
+        """(Re)load the emulated accelerator with ``curve`` as its batch curve, and
+        ``profile``'s batching (a :class:`~autobatch.profiles.Profile`) if given."""
         from autobatch.profiles import parse_pbtxt
 
         cfg_path = self.repository / EMULATOR_MODEL / "config.pbtxt"
@@ -325,6 +326,8 @@ class TritonServer:
         params = dict(config.get("parameters") or {})
         params["curve"] = {"string_value": json.dumps(curve.to_dict())}
         config["parameters"] = params
+        if profile is not None:
+            config = profile.merge_into(config)
         body = {"parameters": {"config": json.dumps(config)}}
         with httpx.Client(base_url=self.urls.http, timeout=120.0) as client:
             r = client.post(f"/v2/repository/models/{EMULATOR_MODEL}/load", json=body)
