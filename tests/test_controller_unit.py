@@ -283,3 +283,33 @@ async def test_a_refused_pin_is_dropped_not_retried(tmp_path):
     assert c.status.pinned is None and c.state.pin is None
     assert "pin to aggressive failed" in c.status.last_error
     assert c.state.active == "latency-soft"
+
+
+async def test_the_settings_panels_and_alerts_compare_with_are_exported(tmp_path):
+    clock = Clock()
+    script = [{}, dict(stale=True, stale_reason="counter_reset")]
+    c = Controller(make_config(tmp_path, min_dwell_s=25, max_window_age_s=12),
+                   ScriptedSource(clock, script), FakeActuator(live="latency-soft"), clock=clock)
+    get = c.registry.get_sample_value
+    m = {"model": "dense_mlp"}
+    assert get("autobatch_slo_p95_ms", m) == 50
+    assert get("autobatch_min_dwell_seconds", m) == 25
+    assert get("autobatch_max_window_age_seconds", m) == 12
+    assert get("autobatch_last_fresh_window_timestamp_seconds", m) == 1000.0  # the start
+    settings = {
+        "latency-soft": (0.0, 4, 32),
+        "balanced": (5.0, 16, 32),
+        "aggressive": (20.0, 32, 32),
+    }
+    for profile, (delay_ms, preferred, largest) in settings.items():
+        labels = {**m, "profile": profile}
+        assert get("autobatch_profile_max_queue_delay_ms", labels) == delay_ms
+        assert get("autobatch_profile_preferred_batch_size", labels) == preferred
+        assert get("autobatch_profile_max_batch_size", labels) == largest
+    # Every failure reason exists at 0 before the first failure, for increase().
+    assert get("autobatch_actuation_failures_total", {**m, "reason": "rejected"}) == 0
+    await c.start()
+    await ticks(c, clock, 1)
+    assert get("autobatch_last_fresh_window_timestamp_seconds", m) == 1001.0
+    await ticks(c, clock, 1)  # a stale window does not move it
+    assert get("autobatch_last_fresh_window_timestamp_seconds", m) == 1001.0

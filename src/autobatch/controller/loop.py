@@ -118,6 +118,13 @@ class Controller:
         self.registry = registry if registry is not None else CollectorRegistry()
         names = [p.name for p in config.profiles]
         self.metrics = ControllerMetrics(self.registry, config.model, names)
+        self.metrics.describe(
+            slo_p95_ms=config.policy.slo_p95_ms,
+            min_dwell_s=config.policy.min_dwell_s,
+            max_window_age_s=config.policy.max_window_age_s,
+            ladder=config.profiles,
+            started_s=clock(),
+        )
         self.history: deque[Window] = deque(maxlen=config.history_windows)
         self.state: State | None = None
         self.status = ControllerStatus(model=config.model, started_s=clock())
@@ -166,6 +173,8 @@ class Controller:
             self._observe(window)
             if window.stale:
                 self.metrics.stale_windows.labels(cfg.model, window.stale_reason or "unknown").inc()
+            else:
+                self.metrics.window_fresh(window.end_s)
             self.history.append(window)
 
         reconciled = await self._reconcile()

@@ -1,4 +1,11 @@
-"""The sidecar's own Prometheus metrics, on a registry it is handed (``autobatch_`` prefix)."""
+"""The sidecar's own Prometheus metrics, on a registry it is handed (``autobatch_`` prefix).
+
+Besides what the loop counts, the settings a dashboard or an alert compares the
+live signals with are exported as gauges, so no panel hard-codes a figure of the
+config: the SLO, the dwell, the staleness limit, and each profile's batching
+(max queue delay, preferred and max batch size). deploy/grafana/autobatch.json and
+deploy/prometheus/rules.yaml read them.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +14,14 @@ from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["ControllerMetrics"]
+from autobatch.actuators.base import REASONS
+from autobatch.profiles import Profile
+
+__all__ = ["FAILURE_REASONS", "ControllerMetrics"]
+
+_OK_REASONS = ("applied", "unchanged", "reapplied", "dry_run")
+FAILURE_REASONS = (*[r for r in REASONS if r not in _OK_REASONS], "error")
+"""Every reason ``autobatch_actuation_failures_total`` counts (``error``: the actuator raised)."""
 
 
 class ControllerMetrics:
@@ -67,10 +81,77 @@ class ControllerMetrics:
             ["model", "reason"],
             registry=registry,
         )
+        self.slo_p95_ms = Gauge(
+            "autobatch_slo_p95_ms", "The p95 latency objective (slo.p95_ms).", ["model"], registry=registry
+        )
+        self.min_dwell_s = Gauge(
+            "autobatch_min_dwell_seconds",
+            "No policy switch within this long after the previous one (policy.min_dwell_s).",
+            ["model"],
+            registry=registry,
+        )
+        self.max_window_age_s = Gauge(
+            "autobatch_max_window_age_seconds",
+            "A window older than this is stale and the policy holds (policy.max_window_age_s).",
+            ["model"],
+            registry=registry,
+        )
+        self.last_fresh_window = Gauge(
+            "autobatch_last_fresh_window_timestamp_seconds",
+            "When the latest window the policy could use ended (the sidecar's start until the first).",
+            ["model"],
+            registry=registry,
+        )
+        self.profile_max_queue_delay_ms = Gauge(
+            "autobatch_profile_max_queue_delay_ms",
+            "Each profile's dynamic_batching.max_queue_delay, in milliseconds.",
+            ["model", "profile"],
+            registry=registry,
+        )
+        self.profile_preferred_batch_size = Gauge(
+            "autobatch_profile_preferred_batch_size",
+            "Each profile's largest preferred batch size "
+            "(max_batch_size when it lists none, as Triton reads it).",
+            ["model", "profile"],
+            registry=registry,
+        )
+        self.profile_max_batch_size = Gauge(
+            "autobatch_profile_max_batch_size",
+            "Each profile's max_batch_size.",
+            ["model", "profile"],
+            registry=registry,
+        )
         for stage in ("signals", "actuate", "reconcile", "log"):
             self.errors.labels(model, stage)
+        # Every failure reason at 0 from the start, so increase() sees the first failure.
+        for reason in FAILURE_REASONS:
+            self.actuation_failures.labels(model, reason)
         self.set_active(None)
         self.pinned.labels(model).set(0)
+
+    def describe(
+        self,
+        *,
+        slo_p95_ms: float,
+        min_dwell_s: float,
+        max_window_age_s: float,
+        ladder: Sequence[Profile],
+        started_s: float,
+    ) -> None:
+        """Export the settings the signals are compared with (once, at start)."""
+        m = self.model
+        self.slo_p95_ms.labels(m).set(slo_p95_ms)
+        self.min_dwell_s.labels(m).set(min_dwell_s)
+        self.max_window_age_s.labels(m).set(max_window_age_s)
+        self.last_fresh_window.labels(m).set(started_s)
+        for p in ladder:
+            self.profile_max_queue_delay_ms.labels(m, p.name).set(p.max_queue_delay_us / 1000.0)
+            preferred = max(p.preferred_batch_size) if p.preferred_batch_size else p.max_batch_size
+            self.profile_preferred_batch_size.labels(m, p.name).set(preferred)
+            self.profile_max_batch_size.labels(m, p.name).set(p.max_batch_size)
+
+    def window_fresh(self, end_s: float) -> None:
+        self.last_fresh_window.labels(self.model).set(end_s)
 
     def set_active(self, name: str | None) -> None:
         for p in self.profiles:
