@@ -1,0 +1,115 @@
+"""deploy/prometheus/rules.yaml and deploy/grafana/autobatch.json, offline.
+
+promtool (Debian's prometheus package) checks the rules and runs their unit tests
+(deploy/prometheus/tests.yaml: each alert firing on its scenario, a healthy series
+beside it staying quiet); a rule with a broken threshold makes those tests fail.
+The dashboard is the output of deploy/grafana/build.py and uses only metrics the
+sidecar exports (or that the issue names for another engineer's branch).
+The same expressions against a real Prometheus, Triton and sidecar:
+tests/test_monitoring_live.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .deploy_support import DEPLOY
+
+RULES = DEPLOY / "prometheus" / "rules.yaml"
+RULE_TESTS = DEPLOY / "prometheus" / "tests.yaml"
+DASHBOARD = DEPLOY / "grafana" / "autobatch.json"
+ALERTS = {"AutobatchSLOBreachedWithoutRemedy", "AutobatchActuationFailed", "AutobatchFlapping",
+          "AutobatchSignalsStale", "AutobatchSidecarDown"}
+
+
+def promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    binary = shutil.which("promtool")
+    assert binary, "promtool is missing: scripts/system-deps.sh installs Debian's prometheus"
+    return subprocess.run([binary, *args], capture_output=True, text=True, timeout=120)
+
+
+def alert_rules(path: Path = RULES) -> dict[str, dict]:
+    groups = yaml.safe_load(path.read_text())["groups"]
+    return {r["alert"]: r for g in groups for r in g["rules"] if "alert" in r}
+
+
+def test_promtool_checks_the_rules():
+    proc = promtool("check", "rules", str(RULES))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SUCCESS: 5 rules found" in proc.stdout
+    assert set(alert_rules()) == ALERTS
+
+
+def test_each_alert_fires_on_its_scenario_and_not_on_a_healthy_series():
+    proc = promtool("test", "rules", str(RULE_TESTS))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # Every alert has a scenario that expects it to fire.
+    tested = yaml.safe_load(RULE_TESTS.read_text())["tests"]
+    firing = {t["alertname"] for case in tested for t in case["alert_rule_test"] if t.get("exp_alerts")}
+    assert firing == ALERTS
+
+
+@pytest.mark.parametrize(
+    ("alert", "old", "new"),
+    [
+        # the flapping limit loosened tenfold: the flapping scenario no longer fires
+        ("AutobatchFlapping", "1 + 900 /", "1 + 9000 /"),
+        # the window's age read a minute too old: the healthy sidecar alerts too
+        ("AutobatchSignalsStale", "time() - autobatch_last", "time() + 60 - autobatch_last"),
+    ],
+)
+def test_the_rule_tests_catch_a_broken_rule(tmp_path, alert, old, new):
+    text = RULES.read_text()
+    assert old in text
+    (tmp_path / "rules.yaml").write_text(text.replace(old, new, 1))
+    shutil.copy(RULE_TESTS, tmp_path / "tests.yaml")
+    proc = promtool("test", "rules", str(tmp_path / "tests.yaml"))
+    assert proc.returncode != 0
+    assert f"alertname: {alert}" in proc.stdout + proc.stderr
+
+
+def test_the_dashboard_is_what_build_py_writes():
+    proc = subprocess.run(["python3", str(DEPLOY / "grafana" / "build.py"), "--check"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+
+
+def dashboard_exprs() -> dict[str, str]:
+    board = json.loads(DASHBOARD.read_text())
+    return {f"{p['title']} [{t['refId']}]": t["expr"] for p in board["panels"] for t in p["targets"]}
+
+
+def test_the_dashboard_has_a_panel_for_everything_the_issue_lists():
+    board = json.loads(DASHBOARD.read_text())
+    titles = [p["title"] for p in board["panels"]]
+    for wanted in ("Profile in force", "Switches by reason", "Decisions by reason", "p95 against the SLO",
+                   "Queue time against the profile's max delay", "Mean batch against the preferred size",
+                   "Arrival rate against the current profile's capacity", "Device time per request",
+                   "Actuation durations", "Actuation failures"):
+        assert wanted in titles
+    assert [v["name"] for v in board["templating"]["list"]] == ["datasource", "model"]
+    assert len({p["id"] for p in board["panels"]}) == len(board["panels"])
+    for p in board["panels"]:
+        assert p["targets"] and all(t["datasource"]["uid"] == "${datasource}" for t in p["targets"])
+
+
+def test_every_dashboard_metric_is_one_the_sidecar_or_triton_exports():
+    from prometheus_client import CollectorRegistry
+
+    from autobatch.controller.metrics import ControllerMetrics
+
+    registry = CollectorRegistry()
+    ControllerMetrics(registry, "m", ["a", "b"])
+    suffixes = ("", "_total", "_bucket", "_sum", "_count")
+    exported = {fam.name + x for fam in registry.collect() for x in suffixes}
+    exported |= {"autobatch_capacity_rps"}  # the capacity gauge of branch i11-control
+    used = {name for expr in dashboard_exprs().values()
+            for name in re.findall(r"\b(autobatch_[a-z_]+|nv_[a-z_]+)\b", expr)}
+    assert used and used <= exported, used - exported
