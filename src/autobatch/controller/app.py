@@ -46,6 +46,8 @@ def build_actuator(config: SidecarConfig, *, dry_run: bool = False) -> Actuator:
         return DryRunActuator(
             config.profiles, log=lambda line: log.info("%s", line), model=config.model
         )
+    if a.kind == "triton" and a.replicas is not None:
+        return _build_fleet(config)
     if a.kind == "triton":
         from autobatch.actuators.triton import TritonReloadActuator
 
@@ -68,6 +70,33 @@ def build_actuator(config: SidecarConfig, *, dry_run: bool = False) -> Actuator:
             step_signals=lambda: build_step_signals(config.signals, gateway.read_targets()),
         )
     raise ConfigError(f"{config.source}: actuator.kind = {a.kind!r}: unknown")
+
+
+def _build_fleet(config: SidecarConfig) -> Actuator:
+    from autobatch.actuators.fleet import Replica, ServiceEndpoints, StaticReplicas, TritonFleetActuator
+
+    a = config.actuator
+    r = a.replicas
+    assert r is not None
+    source: StaticReplicas | ServiceEndpoints
+    if r.service is None:
+        source = StaticReplicas([Replica(http, grpc) for http, grpc in r.static])
+    else:
+        from autobatch.actuators.gateway.kubernetes import InCluster, KubernetesApi
+
+        cluster = InCluster.detect()
+        if cluster is None:
+            raise ConfigError(
+                f"{config.source}: actuator.replicas.service = {r.service!r}: the Service's endpoints "
+                "are read through the Kubernetes API, which is reachable from a pod only "
+                "(no KUBERNETES_SERVICE_HOST or service-account token here); list the replicas instead"
+            )
+        source = ServiceEndpoints(
+            KubernetesApi(cluster), r.namespace or cluster.namespace or "default", r.service,
+            http_port=r.http_port, grpc_port=r.grpc_port if a.load_api == "grpc" else None,
+        )
+    return TritonFleetActuator(source, config.model, config.profiles, load_api=a.load_api,
+                               load_timeout_s=a.timeout_s, ready_timeout_s=r.ready_timeout_s)
 
 
 class Sidecar:

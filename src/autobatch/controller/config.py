@@ -65,6 +65,26 @@ class ActuatorSettings:
     """Kind-specific settings as written (the gateway's backend, servers, socket, steps, ...)."""
     gateway: GatewaySettings | None = None
     """``kind: gateway``: :attr:`options` validated; None for other kinds."""
+    replicas: ReplicaSettings | None = None
+    """``kind: triton``: a fleet of Triton replicas, reloaded one at a time; None: ``triton.*`` only."""
+
+
+@dataclass(frozen=True)
+class ReplicaSettings:
+    """``actuator.replicas``: a static list, or the ready endpoints of a Kubernetes Service."""
+
+    static: tuple[tuple[str, str | None], ...] = ()
+    """(http_url, grpc_url) of each replica, in the order they are changed."""
+    service: str | None = None
+    """The Service whose ready endpoints are the replicas (read from its EndpointSlices)."""
+    namespace: str | None = None
+    """The Service's namespace; None: the pod's own."""
+    http_port: str | int = "http"
+    """The EndpointSlice port (name or number) of Triton's HTTP endpoint."""
+    grpc_port: str | int = "grpc"
+    """... and of its gRPC endpoint (loads go there with ``load_api: grpc``)."""
+    ready_timeout_s: float = 120.0
+    """How long a replica may take to answer READY on the new profile before the next starts."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +145,10 @@ def sidecar_config_from_mapping(data: Any, source: str, base: Path) -> SidecarCo
     actuator = _parse_actuator(
         top.section("actuator", {}), base, model=model, triton=triton, profiles=profiles, slo=slo
     )
+    if actuator.replicas is not None and signals.source != "prometheus":
+        # One replica's metrics would decide for all of them.
+        raise top.fail("signals.source", signals.source,
+                       "must be prometheus with actuator.replicas: the decision reads the whole fleet")
     server = _parse_server(top.section("server", {}), base)
     log = _parse_decision_log(top, base)
     top.done()
@@ -276,7 +300,7 @@ def _parse_signals(sec: Section, loop: _Loop, policy: PolicySettings) -> SignalS
     return signals
 
 
-_ACTUATOR_COMMON = ("kind", "mode", "repository", "timeout_s", "load_api")
+_ACTUATOR_COMMON = ("kind", "mode", "repository", "timeout_s", "load_api", "replicas")
 
 
 def _parse_actuator(
@@ -291,6 +315,14 @@ def _parse_actuator(
     if repo is not None and not (repo / model / "config.pbtxt").is_file():
         raise sec.fail("repository", str(repo), f"has no {model}/config.pbtxt")
     timeout = sec.float("timeout_s", 120.0, min=0.0, min_exclusive=True)
+    replicas = None
+    if sec.has("replicas"):
+        if kind != "triton":
+            raise sec.fail("replicas", sec.raw("replicas"), "only kind triton reloads a fleet of replicas")
+        if mode == "file":
+            raise sec.fail("replicas", sec.raw("replicas"),
+                           "mode file writes one repository; a fleet takes mode override")
+        replicas = _parse_replicas(sec, load_api, timeout)
     # Whatever is not common belongs to the kind (only the gateway takes any).
     options = {k: v for k, v in sec.data.items() if k not in _ACTUATOR_COMMON}
     for k in options:
@@ -313,8 +345,45 @@ def _parse_actuator(
     sec.done()
     return ActuatorSettings(
         kind=kind, mode=mode, repository=repo, timeout_s=timeout, options=options, gateway=gateway,
-        load_api=load_api,
+        load_api=load_api, replicas=replicas,
     )
+
+
+def _parse_replicas(act: Section, load_api: str, timeout_s: float) -> ReplicaSettings:
+    """``replicas: [{http_url, grpc_url}, ...]`` or ``replicas: {service, namespace, ...}``."""
+    value = act.raw("replicas")
+    if isinstance(value, list):
+        static = []
+        for item in act.sections("replicas"):
+            http = item.url("http_url")
+            grpc = item.str("grpc_url", None)
+            if grpc is not None:
+                host, _, port = grpc.rpartition(":")
+                if "://" in grpc or not host or not port.isdigit():
+                    raise item.fail("grpc_url", grpc, "must be HOST:PORT, e.g. 10.0.0.5:8001")
+            elif load_api == "grpc":
+                raise item.fail("grpc_url", None, "is required when load_api is grpc (the default)")
+            item.done()
+            static.append((http, grpc))
+        if len({h for h, _ in static}) != len(static):
+            raise act.fail("replicas", value, "lists a replica twice")
+        return ReplicaSettings(static=tuple(static), ready_timeout_s=timeout_s)
+    sec = act.section("replicas")
+    if not sec.has("service"):
+        raise act.fail("replicas", value,
+                       "must be a list of {http_url, grpc_url} or {service: NAME} (a Kubernetes Service)")
+    ports = []
+    for key, default in (("http_port", "http"), ("grpc_port", "grpc")):
+        v = sec.raw(key, default)
+        if isinstance(v, bool) or not isinstance(v, (str, int)) or (isinstance(v, int) and not 0 < v < 65536):
+            raise sec.fail(key, v, "must be the port's name in the Service or its number")
+        ports.append(v)
+    settings = ReplicaSettings(
+        service=sec.str("service"), namespace=sec.str("namespace", None), http_port=ports[0],
+        grpc_port=ports[1], ready_timeout_s=timeout_s,
+    )
+    sec.done()
+    return settings
 
 
 def _parse_server(sec: Section, base: Path) -> ServerSettings:
