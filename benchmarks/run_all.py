@@ -2,8 +2,9 @@
 
     .venv/bin/python benchmarks/run_all.py [--out out/bench]
 
-They start their own Triton servers (and HAProxy) on free ports; run them on a
-quiet machine, one at a time: every figure is a ratio measured side by side in
+Each saves its run under benchmarks/results/ (then `make results` regenerates the
+README's table). They start their own Triton servers (and HAProxy) on free ports;
+run them on a quiet machine, one at a time: every figure is a ratio measured side by side in
 one run, but the absolute numbers move with whatever else the two cores do.
 """
 
@@ -16,14 +17,16 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+# (log name, script, arguments): the runs whose saved results make the README's table.
 BENCHMARKS = [
-    ("batch_curves", []),
-    ("loadgen", ["--duration", "5"]),
-    ("simulator", []),
-    ("sdk", []),
-    ("footprint", []),
-    ("reload_vs_shift", []),
-    ("closed_loop", []),
+    ("batch_curves", "batch_curves", []),
+    ("loadgen", "loadgen", ["--duration", "5"]),
+    ("loadgen-http", "loadgen", ["--protocol", "http", "--duration", "5"]),
+    ("simulator", "simulator", ["--fidelity"]),
+    ("sdk", "sdk", []),
+    ("footprint", "footprint", []),
+    ("reload_vs_shift", "reload_vs_shift", ["--grpc-load-api"]),
+    ("closed_loop", "closed_loop", []),
 ]
 
 
@@ -34,13 +37,13 @@ def main() -> None:
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     failed = []
-    for name, extra in BENCHMARKS:
-        if args.only and name not in args.only:
+    for name, script, extra in BENCHMARKS:
+        if args.only and name not in args.only and script not in args.only:
             continue
         t0 = time.monotonic()
         print(f"== {name}", flush=True)
         with open(args.out / f"{name}.txt", "w") as log:
-            rc = subprocess.call([sys.executable, str(HERE / f"{name}.py"), *extra], stdout=log,
+            rc = subprocess.call([sys.executable, str(HERE / f"{script}.py"), *extra], stdout=log,
                                  stderr=subprocess.STDOUT)
         print(f"   exit {rc} after {time.monotonic() - t0:.0f} s; output in {args.out / (name + '.txt')}")
         if rc != 0:
