@@ -1,39 +1,51 @@
 """A discrete-event model of Triton's dynamic batcher, fed by a batch curve.
 
-The batch-formation rules are Triton's (core ``dynamic_batch_scheduler.cc``,
-``scheduler_utils.cc``), not a textbook queue. When requests are queued, the
-batcher walks the queue in arrival order (priority level 1 first, then 2, ...;
-within a level, the main queue and then the requests a ``DELAY`` timeout moved
-behind it) and takes up to ``max_batch_size`` requests. Then:
+The batch-formation rules are Triton's, read in its core
+(``src/dynamic_batch_scheduler.cc``: ``Enqueue``, ``BatcherThread``,
+``GetDynamicBatch``; ``src/scheduler_utils.cc``: ``PriorityQueue``;
+``src/rate_limiter.cc``: ``PayloadSlotAvailable``), not a textbook queue.
+Sizes count *rows*: a request's batch dimension (``Workload.rows``; one row
+each unless given), as Triton's preferred sizes and ``max_batch_size`` do.
 
-1. if the oldest request taken has waited ``max_queue_delay`` or longer, it
-   sends everything it took (up to ``max_batch_size``);
-2. else, if a preferred size can be formed, it sends the largest preferred
-   size that fits;
-3. else, with ``max_queue_delay`` 0, it sends everything it took;
-4. else it waits, until an arrival completes a preferred size (sent at once)
-   or the oldest request's delay runs out.
+When the batcher looks, it walks the queued requests in order (priority level
+1 first, then 2, ...; within a level, the main queue and then the requests a
+``DELAY`` timeout moved behind it), adding each request's rows, and stops at
+the first request that would take the batch past ``max_batch_size``: a request
+is never split, it starts the next batch. On the way it notes the largest
+preferred size it passes, or, if it goes past the largest preferred size
+without passing one, the batch before that request. Then:
+
+1. if it noted a size and the oldest request walked has not waited
+   ``max_queue_delay``, it sends that batch;
+2. else, if the walk reached ``max_batch_size`` or the largest preferred
+   size, or the delay has run out, or the delay is 0, it sends everything walked;
+3. else it waits: for the delay of the oldest request walked, for an arrival
+   that brings the queued rows to the next preferred size, or for a request's
+   queue-policy timeout.
 
 An empty ``preferred_batch_size`` counts as ``[max_batch_size]`` (Triton fills
-it in when it loads the config). Batches go to whichever instance is free
-first. Queue policies apply as in Triton: a level's ``max_queue_size`` rejects
-arrivals at the door; a request older than its level's timeout is rejected
-(``REJECT``) or moved behind the level's other requests (``DELAY``) when the
-walk reaches it.
+it in when it loads the config). Requests that arrive at the same instant are
+in the queue together when the batcher looks; a burst from one client reaches
+the server a request at a time, and schedules and traces are spread by
+:data:`SEND_GAP_S` (measured) unless told otherwise.
 
-*When* the batcher looks matters as much as what it does then. Triton forms
-the next batch (a "payload") while the instances are busy and lets it grow
-until an instance takes it, but an arrival wakes the batcher only under
-conditions that leave some arrivals out of a payload they could have joined.
-The ``triton`` engine models that thread (see ``engines/triton.py``); it is the
-default, and its p50 and p95 are within 15% of the real server's (the
-fidelity test). The ``rules`` engine applies the rules above whenever an
-instance is free, a simpler reference; the ``general`` engine does the same
-with priority levels and queue policies.
+*When* the batcher looks matters as much as what it does then. Without a queue
+policy Triton forms the next batch (a "payload") while the instances are busy
+and lets it grow until an instance takes it, and an arrival wakes the batcher
+only under conditions that leave some arrivals out of a payload they could
+have joined: the ``triton`` engine (``engines/triton.py``), the default. With
+priority levels or a queue policy Triton cannot prefetch and forms a batch
+only when an instance is free: the ``general`` engine (``engines/general.py``:
+timeouts rejected or delayed when the walk meets them, and every 500 ms while
+every instance is busy; ``max_queue_size`` refuses arrivals at the door until
+a slot frees). The ``rules`` engine is the ``general`` one for a single queue
+with no policy: the plain rules, the reference the others are checked
+against. An engine refuses what it does not model (``triton`` and ``rules``:
+priority levels and queue policies) rather than answer wrongly.
 
-An instance is busy for the curve's time of the batch (times lognormal noise
-with ``noise_cv``, as the emulated accelerator does) plus a fixed cost per
-batch and per request. Every latency also gets a fixed cost that does not
+An instance is busy for the curve's time of the batch's rows (times lognormal
+noise with ``noise_cv``, as the emulated accelerator does) plus a fixed cost
+per batch and per request. Every latency also gets a fixed cost that does not
 occupy the instance (the network, the client, the protocol). On a real server
 those costs are not zero: :func:`autobatch.lab.measure.overheads_from_stats`
 measures them from Triton's own timers, and the simulator takes them as plain
@@ -41,17 +53,19 @@ parameters rather than folding them into the curve.
 
 The package: ``workload`` (what arrives), ``service`` (how long a batch
 takes), ``engines/`` (``triton``, ``rules``, ``general``: arrivals in, batches
-out), ``results`` (what a run produced) and ``run`` (:func:`simulate`, which
-picks an engine and summarises). Pure: values in, values out.
+out; ``common`` holds the walk), ``results`` (what a run produced) and ``run``
+(:func:`simulate`, which picks an engine and summarises). Pure: values in,
+values out.
 """
 
 from autobatch.plan.simulator.results import LatencyStats, PhaseResult, PriorityResult, SimResult
 from autobatch.plan.simulator.run import ENGINES, simulate
 from autobatch.plan.simulator.service import ServiceModel
-from autobatch.plan.simulator.workload import Workload, stream_frames
+from autobatch.plan.simulator.workload import SEND_GAP_S, Workload, spread_same_times, stream_frames
 
 __all__ = [
     "ENGINES",
+    "SEND_GAP_S",
     "LatencyStats",
     "PhaseResult",
     "PriorityResult",
@@ -59,5 +73,6 @@ __all__ = [
     "SimResult",
     "Workload",
     "simulate",
+    "spread_same_times",
     "stream_frames",
 ]

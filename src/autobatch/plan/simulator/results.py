@@ -84,6 +84,20 @@ class SimResult:
     phases: tuple[PhaseResult, ...] = ()
     priorities: tuple[PriorityResult, ...] = ()
     latencies_ms: np.ndarray | None = field(default=None, repr=False, compare=False)
+    rows: int = 0
+    """Rows of all requests (a request's batch dimension); ``mean_batch`` and
+    ``batch_counts`` count rows, as Triton's batch sizes do."""
+    mean_batch_requests: float = 0.0
+    """Requests per batch (equal to ``mean_batch`` when every request is one row)."""
+    rejected_full: int = 0
+    """Refused at arrival: the priority level's queue held ``max_queue_size`` requests."""
+    rejected_timeout: int = 0
+    """Rejected in the queue when their queue policy's timeout ran out."""
+    rejection: LatencyStats | None = None
+    """Arrival to rejection of the timed-out requests (Triton's answer comes then)."""
+    rejected_at_s: np.ndarray | None = field(default=None, repr=False, compare=False)
+    """Per request, when it was rejected (NaN if it was not); ``keep_latencies`` only,
+    general engine only."""
 
     @property
     def offered_rps(self) -> float:
@@ -99,12 +113,17 @@ class SimResult:
             "throughput_rps": round(self.throughput_rps, 3),
             "latency_ms": _latency_dict(self.latency),
             "queue_ms": _latency_dict(self.queue),
+            "rows": self.rows,
             "batches": self.batches,
             "mean_batch": round(self.mean_batch, 3),
+            "mean_batch_requests": round(self.mean_batch_requests, 3),
             "batch_counts": {str(k): v for k, v in sorted(self.batch_counts.items())},
             "utilisation": round(self.utilisation, 4),
             "instances": self.instances,
             "engine": self.engine,
+            "rejected_queue_full": self.rejected_full,
+            "rejected_timeout": self.rejected_timeout,
+            "rejection_ms": _latency_dict(self.rejection),
         }
         if self.phases:
             out["phases"] = [p.to_dict() for p in self.phases]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from autobatch.errors import ConfigError
-from autobatch.plan.simulator.engines.common import _Level, _policy
-from autobatch.plan.simulator.engines.general import _run_general
-from autobatch.plan.simulator.engines.rules import _run_fifo
-from autobatch.plan.simulator.engines.triton import _run_triton
+from autobatch.plan.simulator.engines.common import Rules, Service, _Level, _noise, _policy, prefix_rows
+from autobatch.plan.simulator.engines.general import REJECTED_FULL, REJECTED_TIMEOUT, run_general
+from autobatch.plan.simulator.engines.rules import run_rules
+from autobatch.plan.simulator.engines.triton import run_triton
 from autobatch.plan.simulator.results import (
     LatencyStats,
     PriorityResult,
@@ -72,13 +72,20 @@ def simulate(
 
     ``triton``
         Triton's batcher thread with payload prefetch and its wake-up rules
-        (one priority level, no queue policy); what ``auto`` picks when it can.
+        (one priority level, no queue policy: Triton prefetches only then);
+        what ``auto`` picks when it can.
     ``rules``
-        the plain batch-formation rules of the module docstring, decided when
-        an instance is free (one level, no queue policy); a reference.
+        the batch-formation rules decided whenever an instance is free (one
+        level, no queue policy); the reference the other engines are checked
+        against.
     ``general``
-        the same rules with priority levels, timeouts and queue limits; what
-        ``auto`` picks when the profile or workload needs them.
+        the same with priority levels, timeouts and queue limits, as Triton
+        runs them without prefetch; what ``auto`` picks when the profile or
+        workload needs them.
+
+    Every engine counts rows (``workload.rows``), never splits a request and
+    sees simultaneous arrivals together. A request with more rows than
+    ``max_batch_size`` is bad input (Triton refuses it).
     """
     if instances is None:
         instances = profile.instance_count or 1
@@ -88,32 +95,50 @@ def simulate(
         raise ConfigError(f"engine = {engine!r}: must be one of {', '.join(ENGINES)}")
     if workload.priority is not None:
         _level_map(profile, workload)  # a priority outside the profile's levels is bad input
+    if workload.rows is not None and len(workload):
+        too_big = np.flatnonzero(workload.rows > profile.max_batch_size)
+        if too_big.shape[0]:
+            j = int(too_big[0])
+            raise ConfigError(
+                f"rows = {int(workload.rows[j])} (request {j} of {workload.label}): must be <= "
+                f"the profile's max_batch_size {profile.max_batch_size}; Triton refuses "
+                f"larger requests"
+            )
     needs_general = _needs_general(profile, workload)
     if engine in ("triton", "rules") and needs_general:
         raise ConfigError(
-            f"engine = {engine!r}: priority levels and queue policies need the general engine"
+            f"engine = {engine!r}: does not model priority levels or queue policies "
+            f"(Triton forms batches differently with them: no prefetch); use engine "
+            f"'general' or 'auto'"
         )
     if engine == "auto":
         engine = "general" if needs_general else "triton"
-    general = engine == "general"
+    rules = Rules.of(profile)
+    svc = Service.of(service, profile.max_batch_size)
     t_arr = workload.t_s
     t = t_arr.tolist()
     n = len(t)
-    if not general:
-        run = _run_triton if engine == "triton" else _run_fifo
-        sizes, starts, ends = run(t, profile, service, instances, seed)
-        size_arr = np.array(sizes, dtype=np.int64)
-        req_start = np.repeat(np.array(starts), size_arr)
-        req_end = np.repeat(np.array(ends), size_arr)
-        req_batch = np.repeat(size_arr, size_arr)
+    noise = _noise(service, n, seed)
+    multi = workload.rows is not None and bool(np.any(workload.rows != 1))
+    rows_list = workload.rows.tolist() if multi else None  # type: ignore[union-attr]
+    cum = prefix_rows(workload.rows, n) if multi else None
+    rej_at: np.ndarray | None = None
+    rej_kind: np.ndarray | None = None
+    if engine != "general":
+        run = run_triton if engine == "triton" else run_rules
+        sizes, counts_, starts, ends = run(t, rows_list, cum, rules, svc, noise, instances)
+        count_arr = np.array(counts_, dtype=np.int64)
+        req_start = np.repeat(np.array(starts), count_arr)
+        req_end = np.repeat(np.array(ends), count_arr)
         levels_of = None
     else:
         level_list, levels = _level_map(profile, workload)
-        sizes, starts, ends, req_start, req_end, req_batch = _run_general(
-            t, level_list, levels, profile, service, instances, seed
+        rows_all = rows_list if rows_list is not None else [1] * n
+        (sizes, counts_, starts, ends), req_start, req_end, _, rej_at, rej_kind = run_general(
+            t, rows_all, level_list, levels, rules, svc, noise, instances
         )
-        size_arr = np.array(sizes, dtype=np.int64)
         levels_of = np.array(level_list, dtype=np.int64)
+    size_arr = np.array(sizes, dtype=np.int64)
     done = ~np.isnan(req_end)
     lat_all = (req_end - t_arr) * 1000.0 + service.fixed_latency_ms
     queue_all = (req_start - t_arr) * 1000.0
@@ -127,13 +152,13 @@ def simulate(
     phases = _phase_results(workload, done, lat_all, np.array(starts), size_arr)
     priorities: tuple[PriorityResult, ...] = ()
     if levels_of is not None and profile.priority_levels > 0:
-        rows = []
+        prio_rows = []
         for lv in range(1, profile.priority_levels + 1):
             mask = levels_of == lv
             if not mask.any():
                 continue
             ok = mask & done
-            rows.append(
+            prio_rows.append(
                 PriorityResult(
                     level=lv,
                     requests=int(mask.sum()),
@@ -142,7 +167,13 @@ def simulate(
                     latency=LatencyStats.of(lat_all[ok]),
                 )
             )
-        priorities = tuple(rows)
+        priorities = tuple(prio_rows)
+    timed_out = rej_kind == REJECTED_TIMEOUT if rej_kind is not None else None
+    rejection = (
+        LatencyStats.of((rej_at[timed_out] - t_arr[timed_out]) * 1000.0)  # type: ignore[index]
+        if timed_out is not None
+        else None
+    )
     return SimResult(
         requests=n,
         completed=completed,
@@ -161,4 +192,10 @@ def simulate(
         phases=phases,
         priorities=priorities,
         latencies_ms=lat if keep_latencies else None,
+        rows=int(workload.rows.sum()) if workload.rows is not None else n,
+        mean_batch_requests=float(np.mean(counts_)) if sizes else 0.0,
+        rejected_full=int(np.sum(rej_kind == REJECTED_FULL)) if rej_kind is not None else 0,
+        rejected_timeout=int(np.sum(timed_out)) if timed_out is not None else 0,
+        rejection=rejection,
+        rejected_at_s=rej_at if keep_latencies else None,
     )

@@ -11,8 +11,35 @@ import numpy as np
 from autobatch.errors import ConfigError
 from autobatch.schedule import Schedule, arrivals
 from autobatch.sessions import stream_frames  # the frames of `simulate --sessions` and `load --sessions`
+from autobatch.traces import ArrivalTrace, RowsSpec, draw_rows
 
-__all__ = ["Workload", "stream_frames"]
+__all__ = ["SEND_GAP_S", "Workload", "spread_same_times", "stream_frames"]
+
+SEND_GAP_S = 60e-6
+"""How far apart requests that share a timestamp reach Triton when one client sends
+them. Triton batches what is in its queue together, but a burst from one client
+arrives a request at a time: ``autobatch load`` (gRPC) sends a burst of 8 in a
+median 0.42 ms on the 2-core test machine, and the real server then batches it
+as arriving requests, not as a queue that filled at once (``benchmarks/bursts.py``
+measures both). Schedules and traces are spread by this much unless told
+otherwise; 0 models requests that truly queue at one instant."""
+
+
+def spread_same_times(t_s: np.ndarray, gap_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """Times with the k-th of each group of equal times moved ``k * gap_s`` later,
+    and the order that sorts them (apply it to every per-request array)."""
+    t = np.asarray(t_s, dtype=np.float64)
+    if not (math.isfinite(gap_s) and gap_s >= 0):
+        raise ConfigError(f"burst_gap_s = {gap_s!r}: must be a number >= 0")
+    n = t.shape[0]
+    same = t[1:] == t[:-1] if n > 1 else np.zeros(0, dtype=bool)
+    if gap_s == 0 or not same.any():
+        return t, np.arange(n)
+    idx = np.arange(n)
+    first = np.maximum.accumulate(np.where(np.r_[True, ~same], idx, 0))
+    spread = t + (idx - first) * gap_s
+    order = np.argsort(spread, kind="stable")
+    return spread[order], order
 
 
 @dataclass(frozen=True)
@@ -30,6 +57,8 @@ class Workload:
     phase_starts_s: tuple[float, ...] = ()
     phase_durations_s: tuple[float, ...] = ()
     label: str = "workload"
+    rows: np.ndarray | None = None
+    """Rows of each request (its batch dimension); None is one row each."""
 
     def __post_init__(self) -> None:
         t = np.asarray(self.t_s, dtype=np.float64)
@@ -49,6 +78,14 @@ class Workload:
                 if arr.shape != t.shape:
                     raise ConfigError(f"workload {name} must have one entry per arrival")
                 object.__setattr__(self, name, arr)
+        if self.rows is not None:
+            rows = np.asarray(self.rows)
+            if rows.shape != t.shape:
+                raise ConfigError("workload rows must have one entry per arrival")
+            if rows.shape[0] and (not np.issubdtype(rows.dtype, np.integer) or rows.min() < 1):
+                bad = rows[0] if not np.issubdtype(rows.dtype, np.integer) else rows.min()
+                raise ConfigError(f"workload rows = {bad!r}: every request must have an integer >= 1")
+            object.__setattr__(self, "rows", rows.astype(np.int64))
 
     def __len__(self) -> int:
         return int(self.t_s.shape[0])
@@ -65,16 +102,26 @@ class Workload:
         seed: int = 0,
         *,
         priority_mix: Mapping[int, float] | None = None,
+        rows: RowsSpec | None = None,
+        burst_gap_s: float = SEND_GAP_S,
         label: str | None = None,
     ) -> Workload:
-        """The arrivals ``autobatch load`` would send for ``schedule`` and ``seed``."""
+        """The arrivals ``autobatch load`` would send for ``schedule`` and ``seed``.
+
+        ``rows``: rows per request, a fixed number or a distribution
+        ``{rows: share}`` (drawn with ``seed``); default one row each.
+        ``burst_gap_s``: how far apart the requests of a burst reach the server
+        (:data:`SEND_GAP_S`); 0 queues them at one instant.
+        """
         drawn = arrivals(schedule, np.random.default_rng(seed))
-        t = np.array(drawn.t_s, dtype=np.float64)
+        t, order = spread_same_times(np.array(drawn.t_s, dtype=np.float64), burst_gap_s)
+        prio = _priorities(len(t), priority_mix, seed)
         return cls(
+            rows=None if rows is None else draw_rows(len(t), rows, seed)[order],
             t_s=t,
             duration_s=schedule.duration_s,
-            priority=_priorities(len(t), priority_mix, seed),
-            phase=np.array(drawn.phase, dtype=np.int64),
+            priority=None if prio is None else prio[order],
+            phase=np.array(drawn.phase, dtype=np.int64)[order],
             phase_names=tuple(p.name for p in schedule.phases),
             phase_starts_s=schedule.starts_s,
             phase_durations_s=tuple(p.duration_s for p in schedule.phases),
@@ -89,10 +136,12 @@ class Workload:
         seed: int = 0,
         *,
         priority_mix: Mapping[int, float] | None = None,
+        rows: RowsSpec | None = None,
     ) -> Workload:
         schedule = Schedule.constant(rate_rps, duration_s, name="poisson")
         return cls.from_schedule(
-            schedule, seed, priority_mix=priority_mix, label=f"Poisson at {rate_rps:g} rps"
+            schedule, seed, priority_mix=priority_mix, rows=rows,
+            label=f"Poisson at {rate_rps:g} rps",
         )
 
     @classmethod
@@ -104,6 +153,8 @@ class Workload:
         seed: int = 0,
         *,
         priority_mix: Mapping[int, float] | None = None,
+        rows: RowsSpec | None = None,
+        burst_gap_s: float = SEND_GAP_S,
     ) -> Workload:
         from autobatch.schedule import Phase
 
@@ -112,7 +163,28 @@ class Workload:
             schedule,
             seed,
             priority_mix=priority_mix,
+            rows=rows,
+            burst_gap_s=burst_gap_s,
             label=f"bursts of {burst_size} at {rate_rps:g} rps",
+        )
+
+    @classmethod
+    def from_trace(
+        cls, trace: ArrivalTrace, *, burst_gap_s: float = SEND_GAP_S, label: str | None = None
+    ) -> Workload:
+        """The arrivals of a trace file (:func:`autobatch.traces.read_trace`).
+
+        Requests that share a timestamp are spread by ``burst_gap_s``, as
+        ``autobatch load --trace`` sends them (:data:`SEND_GAP_S`); 0 keeps them at
+        one instant.
+        """
+        t, order = spread_same_times(trace.t_s, burst_gap_s)
+        return cls(
+            t_s=t,
+            duration_s=max(trace.duration_s, float(t[-1])),
+            priority=None if trace.priority is None else trace.priority[order],
+            rows=trace.rows[order],
+            label=label or f"trace {trace.source} ({len(trace.t_s)} requests)",
         )
 
     @classmethod

@@ -1,33 +1,49 @@
-"""The ``rules`` engine: Triton's batch-formation rules, decided whenever an instance is free."""
+"""The ``rules`` engine: Triton's batch formation, decided whenever an instance is free.
+
+That is Triton's batcher when it cannot prefetch (a queue policy or priority
+levels turn prefetching off: ``PriorityQueue``'s ``support_prefetching_``): it
+forms a batch only when an instance waits for one. Without a queue policy the
+real server prefetches (the ``triton`` engine); this engine is the plain
+reference the other two are checked against.
+"""
 
 from __future__ import annotations
 
 import bisect
 import heapq
 
-from autobatch.plan.simulator.engines.common import _noise, _tables
-from autobatch.plan.simulator.service import ServiceModel
-from autobatch.profiles import Profile
+from autobatch.plan.simulator.engines.common import (
+    Rules,
+    Service,
+    first_reaching,
+    walk,
+    walk_single,
+)
+
+Batches = tuple[list[int], list[int], list[float], list[float]]
+"""Per batch: rows, requests, start and end (seconds)."""
 
 
-def _run_fifo(
+def run_rules(
     t: list[float],
-    profile: Profile,
-    service: ServiceModel,
+    rows: list[int] | None,
+    cum: list[int] | None,
+    rules: Rules,
+    service: Service,
+    noise: list[float],
     instances: int,
-    seed: int,
-) -> tuple[list[int], list[float], list[float]]:
-    """The ``rules`` engine: the module's rules, decided whenever an instance is free.
-
-    One FIFO queue: batches are contiguous runs of arrivals, so the queue is a
-    pair of indices and each decision costs a bisection, not a walk."""
+) -> Batches:
+    """One FIFO queue: batches are contiguous runs of arrivals, so the queue is a
+    pair of indices and a decision is a walk over at most ``max_batch_size + 1``
+    requests. ``rows``/``cum`` are None when every request is one row."""
     n = len(t)
-    mbs = profile.max_batch_size
-    delay = profile.max_queue_delay_us / 1e6
-    best, nxt, curve_s, over_s = _tables(profile, service)
-    noise = _noise(service, n, seed)
+    mbs = rules.max_batch_size
+    delay = rules.delay_s
+    max_pref = rules.max_preferred
+    curve_s, b_over, r_over = service.curve_s, service.batch_over_s, service.request_over_s
     free = [0.0] * instances
     sizes: list[int] = []
+    counts: list[int] = []
     starts: list[float] = []
     ends: list[float] = []
     head = 0
@@ -42,30 +58,35 @@ def _run_fifo(
             now = oldest
         if now < last:
             now = last
-        hi = head + mbs if head + mbs < n else n
-        if delay > 0.0:
-            deadline = oldest + delay
-            while True:
-                avail = bisect_right(t, now, head, hi) - head
-                if now >= deadline:
-                    size = avail
-                    break
-                size = best[avail]
-                if size:
-                    break
-                # Wait for the arrival that completes the next preferred size,
-                # or for the oldest request's delay to run out.
-                j = head + nxt[avail] - 1
-                now = t[j] if nxt[avail] and j < n and t[j] < deadline else deadline
-        else:
-            avail = bisect_right(t, now, head, hi) - head
-            size = best[avail] or avail
-        end = now + curve_s[size] * noise[k] + over_s[size]
+        # Simultaneous arrivals are in the queue together: everything up to `now` counts.
+        hi = head + mbs + 1 if head + mbs + 1 < n else n
+        deadline = oldest + delay
+        while True:
+            avail = bisect_right(t, now, head, hi)
+            if rows is None:
+                w_n, w_rows, best_n, best_rows, _, send_now = walk_single(avail - head, 0, rules)
+            else:
+                w_n, w_rows, best_n, best_rows, _, send_now = walk(rows, head, avail, 0, rules)
+            exceeded = delay > 0.0 and now >= deadline
+            if best_rows and not exceeded:
+                take = best_n
+                break
+            if send_now or w_rows >= max_pref or exceeded or delay == 0.0:
+                take = w_n
+                break
+            # Wait for the arrival that brings the queue to the next preferred size,
+            # or for the oldest request's delay to run out.
+            need = rules.next_preferred(w_rows)
+            j = head + need - 1 if cum is None else first_reaching(cum, head, need)
+            now = t[j] if j < n and t[j] < deadline else deadline
+        size = take if cum is None else cum[head + take] - cum[head]
+        end = now + curve_s[size] * noise[k] + b_over + take * r_over
         k += 1
         heappush(free, end)
         sizes.append(size)
+        counts.append(take)
         starts.append(now)
         ends.append(end)
-        head += size
+        head += take
         last = now
-    return sizes, starts, ends
+    return sizes, counts, starts, ends

@@ -6,18 +6,19 @@ import heapq
 import math
 from collections import deque
 
-from autobatch.plan.simulator.engines.common import _noise, _tables
-from autobatch.plan.simulator.service import ServiceModel
-from autobatch.profiles import Profile
+from autobatch.plan.simulator.engines.common import SLOT_POLL_S, Rules, Service, walk, walk_single
+from autobatch.plan.simulator.engines.rules import Batches
 
 
-def _run_triton(
+def run_triton(
     t: list[float],
-    profile: Profile,
-    service: ServiceModel,
+    rows: list[int] | None,
+    cum: list[int] | None,
+    rules: Rules,
+    service: Service,
+    noise: list[float],
     instances: int,
-    seed: int,
-) -> tuple[list[int], list[float], list[float]]:
+) -> Batches:
     """Triton's batcher thread, payload by payload, for one FIFO queue.
 
     What the plain rules leave out, and what moves latency on a real server
@@ -29,33 +30,36 @@ def _run_triton(
     * the batcher only looks when it is woken: by its own timer (the oldest
       request's delay, or 500 ms when the queue is empty), when an instance
       takes a payload, or by an arrival, but an arrival wakes it only if the
-      requests queued outside the payload reach ``next_preferred_batch_size``,
+      rows queued outside the payload reach ``next_preferred_batch_size``,
       a figure set by the last walk that ended waiting. After a payload left
       because its delay ran out, that figure is stale, so later arrivals do
       not join that payload and start the next one instead.
 
-    Requests are single items, so a payload is a contiguous run of arrivals.
+    Requests that arrive at the same instant are queued together before the
+    batcher looks (``Enqueue`` only notifies it; it walks whatever is queued
+    when it runs). A payload is a contiguous run of arrivals; ``rows``/``cum``
+    are None when every request is one row.
     """
+
     n = len(t)
-    mbs = profile.max_batch_size
-    delay = profile.max_queue_delay_us / 1e6
-    pref = sorted(profile.effective_preferred)
-    pref_set = set(pref)
-    max_pref = pref[-1]
-    best_tab, next_tab, curve_s, over_s = _tables(profile, service)
-    noise = _noise(service, n, seed)
+    delay = rules.delay_s
+    pref_set = set(rules.preferred)
+    max_pref = rules.max_preferred
+    curve_s, b_over, r_over = service.curve_s, service.batch_over_s, service.request_over_s
+    single = cum is None
     cap = 2 * instances  # payloads that may wait for an instance
-    idle_wait_s = 0.5  # the batcher's wait when its queue is empty
+    idle_wait_s = SLOT_POLL_S  # the batcher's wait when its queue is empty
     inf = math.inf
     heappop, heappush = heapq.heappop, heapq.heappush
 
     sizes: list[int] = []
+    counts: list[int] = []
     starts: list[float] = []
     ends: list[float] = []
     busy_heap: list[float] = []
     idle = instances
-    waiting: deque[list[int]] = deque()  # payloads waiting for an instance: [first, size]
-    cp: list[int] = [0, 0]  # the batcher's current payload
+    waiting: deque[list[int]] = deque()  # payloads waiting for an instance: [first, rows, requests]
+    cp: list[int] = [0, 0, 0]  # the batcher's current payload
     cp_state = 0  # 0 empty, 1 queued for an instance, 2 executing
     saturated = False
     next_pref = 0
@@ -74,9 +78,12 @@ def _run_triton(
         if t_arr <= t_done and t_arr <= timer:
             now = t_arr
             adm += 1
+            while adm < n and t[adm] == now:
+                adm += 1
+            queued_rows = adm - head if single else cum[adm] - cum[head]  # type: ignore[index]
             if not (
                 len(waiting) < cap
-                and (saturated or cp_state == 2 or adm - head >= next_pref)
+                and (saturated or cp_state == 2 or queued_rows >= next_pref)
             ):
                 continue
         elif t_done <= timer:
@@ -88,10 +95,11 @@ def _run_triton(
             p = waiting.popleft()
             idle -= 1
             size = p[1]
-            end = now + curve_s[size] * noise[k] + over_s[size]
+            end = now + curve_s[size] * noise[k] + b_over + p[2] * r_over
             k += 1
             heappush(busy_heap, end)
             sizes.append(size)
+            counts.append(p[2])
             starts.append(now)
             ends.append(end)
             if p is cp:
@@ -102,7 +110,7 @@ def _run_triton(
         timer = inf
         while True:
             if saturated or cp_state == 2:
-                cp = [head, 0]
+                cp = [head, 0, 0]
                 cp_state = 0
                 saturated = False
                 next_pref = 0
@@ -113,57 +121,58 @@ def _run_triton(
             if len(waiting) >= cap:
                 break  # waits for a slot: the next payload an instance takes wakes it
             P = cp[1]
-            limit = mbs - P
-            pending = queued if queued < limit else limit
-            walked = queued if queued < limit + 1 else limit + 1
-            b = best_tab[P + pending]
-            best = b - P if b > P else 0
-            if P + walked > max_pref and not (P == 0 and walked == 1):
+            if single:
+                w_n, w_rows, best_n, best_rows, sat, send_now = walk_single(queued, P, rules)
+            else:
+                w_n, w_rows, best_n, best_rows, sat, send_now = walk(rows, head, adm, P, rules)  # type: ignore[arg-type]
+            if sat:
                 saturated = True
             # Compared as "now >= arrival + delay", the same sum the timer was set to:
             # "now - arrival >= delay" can miss by a rounding error and spin forever.
-            exceeded = delay > 0.0 and pending > 0 and now >= t[head] + delay
+            exceeded = delay > 0.0 and w_n > 0 and now >= t[head] + delay
             take = 0
-            if best and not exceeded:
+            if best_rows and not exceeded:
                 if delay == 0.0:
                     saturated = True
-                take = best
-            elif pending == 0:
+                take = best_n
+            elif w_n == 0:
                 take = 0
-            elif queued > limit or P + pending >= max_pref:
+            elif send_now or P + w_rows >= max_pref:
                 saturated = True
-                take = pending
+                take = w_n
             elif exceeded or delay == 0.0:
-                take = pending
+                take = w_n
             else:
-                nxt = next_tab[P + pending]
-                next_pref = (nxt if nxt else pref[0]) - P
+                next_pref = rules.next_preferred(P + w_rows) - P
                 if not saturated and P != 0 and P not in pref_set:
-                    take = pending
+                    # A payload below a preferred size takes whatever is queued.
+                    take = w_n
                 else:
                     timer = t[head] + delay
                     break
             if take:
                 if cp[1] == 0:
                     cp[0] = head
-                cp[1] += take
+                cp[1] += take if single else cum[head + take] - cum[head]  # type: ignore[index]
+                cp[2] += take
                 head += take
                 if cp_state == 0:
                     cp_state = 1
                     if idle:
                         idle -= 1
                         size = cp[1]
-                        end = now + curve_s[size] * noise[k] + over_s[size]
+                        end = now + curve_s[size] * noise[k] + b_over + cp[2] * r_over
                         k += 1
                         heappush(busy_heap, end)
                         sizes.append(size)
+                        counts.append(cp[2])
                         starts.append(now)
                         ends.append(end)
                         cp_state = 2
                     else:
                         waiting.append(cp)
-            elif pending == 0 and not saturated:
+            elif w_n == 0 and not saturated:
                 # Nothing can join the payload (it is full); wait for it to leave.
                 timer = now + idle_wait_s
                 break
-    return sizes, starts, ends
+    return sizes, counts, starts, ends
