@@ -10,6 +10,9 @@ demo: setup
 test:
 	@scripts/test.sh
 
+test-unit: setup
+	.venv/bin/pytest -q -p no:cacheprovider tests/unit
+
 lint: setup
 	.venv/bin/ruff check src tests benchmarks
 

@@ -13,4 +13,5 @@ scripts/check-core-install.sh
 .venv/bin/ruff check src tests benchmarks
 .venv/bin/lint-imports   # the layers of docs/architecture.md, as contracts in pyproject.toml
 .venv/bin/python benchmarks/report.py --check   # the README's results table matches benchmarks/results/
-exec .venv/bin/pytest -q -p no:cacheprovider "$@"
+# Unit tests first (pure, a minute), then the real servers.
+exec .venv/bin/pytest -q -p no:cacheprovider tests/unit tests/integration "$@"

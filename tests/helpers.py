@@ -1,13 +1,23 @@
-"""Shared test helpers that drive the real servers."""
+"""Shared test helpers: the CLI as a user runs it, and a background load on the real servers."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from autobatch.load import RequestRecord, run_load
 from autobatch.schedule import Schedule
+
+
+def autobatch(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """The installed ``autobatch`` console script, run as a user runs it (wide, plain output)."""
+    exe = Path(sys.executable).with_name("autobatch")
+    return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=timeout,
+                          check=False, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
 
 
 class BackgroundLoad:

@@ -18,7 +18,7 @@ import pytest
 import autobatch
 from autobatch.controller.config import load_sidecar_config
 
-from .deploy_support import (
+from ..deploy_support import (
     DEPLOY,
     ROOT,
     container,

@@ -26,13 +26,13 @@ from autobatch.actuators import TritonReloadActuator
 from autobatch.actuators.triton import _view
 from autobatch.profiles import load_profiles, parse_pbtxt
 
-from .conftest import PROFILES, REPOSITORY
-from .helpers import BackgroundLoad
+from ..conftest import PROFILES, REPOSITORY
+from ..helpers import BackgroundLoad
 
 pytestmark = pytest.mark.triton
 
 MODEL = "dense_mlp"
-SWAPS = 21  # seven rounds of the three profiles
+SWAPS = 12  # four rounds of the three profiles (benchmarks/faults.py and reload_vs_shift.py swap more)
 LOAD_RPS = 25.0
 STEADY_S = 4.0
 
@@ -95,7 +95,7 @@ def p99_ms(latencies: list[float]) -> float | None:
 
 
 async def test_every_profile_swaps_in_under_load_and_no_request_fails(actuator, server, ladder, capsys):
-    """The must-show: zero failed requests over 20+ reload swaps under sustained load.
+    """Zero failed requests over a dozen reload swaps under sustained load.
 
     The swaps cycle through every profile of dense_mlp, each read back from
     Triton independently of the actuator's own verification.

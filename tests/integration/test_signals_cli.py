@@ -4,21 +4,18 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from autobatch.lab.serve import EMULATOR_MODEL, free_port
+from autobatch.lab.serve import EMULATOR_MODEL
 from autobatch.signals import Window
 
-AUTOBATCH = [str(Path(sys.executable).parent / "autobatch")]
+from ..helpers import autobatch
 
 
 def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*AUTOBATCH, "watch", *args], capture_output=True, text=True,
-                          timeout=timeout, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+    return autobatch("watch", *args, timeout=timeout)
 
 
 @pytest.mark.triton
@@ -50,28 +47,3 @@ def test_watch_unknown_model_is_one_line_and_exit_2(triton: Any) -> None:
     assert r.stderr.count("\n") == 1 and "no_such_model" in r.stderr
 
 
-@pytest.mark.parametrize(
-    ("args", "start"),
-    [
-        (["--interval", "0"], "autobatch: error: interval_s = 0"),
-        (["--count", "0"], "autobatch: error: count = 0"),
-        (["--source", "kafka"], "autobatch: error: source = 'kafka'"),
-        (["--selector", 'job="x"'], "autobatch: error: selector"),
-        (["--url", "ftp://x"], "autobatch: error: url = 'ftp://x'"),
-    ],
-)
-def test_watch_bad_input(args: list[str], start: str) -> None:
-    base = {"--url": "127.0.0.1:1", "--model": "m"}
-    for flag, value in zip(args[::2], args[1::2]):
-        base[flag] = value
-    r = run(*[x for kv in base.items() for x in kv], timeout=30)
-    assert r.returncode == 2
-    assert r.stderr.startswith(start) and r.stderr.count("\n") == 1, r.stderr
-
-
-def test_watch_unreachable_is_one_line_and_exit_2() -> None:
-    port = free_port()
-    r = run("--url", f"127.0.0.1:{port}", "--metrics-url", f"127.0.0.1:{port}/metrics",
-            "--model", "m", "--count", "1", timeout=30)
-    assert r.returncode == 2
-    assert r.stderr.startswith("autobatch: error: cannot reach") and r.stderr.count("\n") == 1

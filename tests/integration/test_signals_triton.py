@@ -16,8 +16,8 @@ from autobatch.errors import ScrapeError
 from autobatch.lab.serve import EMULATOR_MODEL, TritonServer, free_port
 from autobatch.signals import TritonSample, TritonSource, window_between, windows
 
-from .conftest import REPOSITORY
-from .helpers import BackgroundLoad
+from ..conftest import REPOSITORY
+from ..helpers import BackgroundLoad
 
 pytestmark = pytest.mark.triton
 

@@ -62,8 +62,8 @@ from autobatch.schedule import Phase, Schedule
 from autobatch.signals.triton import TritonSource
 from autobatch.signals.variants import TritonStepSignals
 
-from .conftest import PROFILES, REPOSITORY, ROOT
-from .helpers import BackgroundLoad
+from ..conftest import PROFILES, REPOSITORY, ROOT
+from ..helpers import BackgroundLoad
 from .test_sidecar import Running
 
 pytestmark = pytest.mark.triton

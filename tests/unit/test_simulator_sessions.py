@@ -10,7 +10,7 @@ from autobatch.plan.sessions import SESSION_POLICIES, simulate_sessions
 from autobatch.plan.simulator import ServiceModel
 from autobatch.sessions import choose, summarize_sessions
 
-from .conftest import CURVES
+from ..conftest import CURVES
 
 FPS = 30.0
 

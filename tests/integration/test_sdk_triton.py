@@ -27,7 +27,7 @@ from autobatch.lab.serve import EMULATOR_MODEL, TritonServer
 from autobatch.profiles import parse_pbtxt
 from autobatch.sdk import SyncTritonBatchClient, TritonBatchClient
 
-from .conftest import REPOSITORY, ROOT
+from ..conftest import REPOSITORY, ROOT
 
 DATA = ROOT / "tests" / "data"
 

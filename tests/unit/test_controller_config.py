@@ -18,7 +18,7 @@ from autobatch.errors import ConfigError
 from autobatch.lab.serve import free_port
 from autobatch.signals.triton import normalize_url
 
-from .conftest import PROFILES, ROOT
+from ..conftest import PROFILES, ROOT
 
 EXAMPLE = ROOT / "examples" / "sidecar.yaml"
 

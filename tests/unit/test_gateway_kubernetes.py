@@ -46,8 +46,8 @@ from autobatch.controller.config import sidecar_config_from_mapping
 from autobatch.errors import ConfigError
 from autobatch.profiles import load_profiles
 
-from .conftest import PROFILES, ROOT
-from .deploy_support import OVERLAYS, find, render, validate_custom
+from ..conftest import PROFILES, ROOT
+from ..deploy_support import OVERLAYS, find, render, validate_custom
 
 VIRTUALSERVICE_SUBSETS = ROOT / "tests" / "data" / "k8s" / "virtualservice-subsets.yaml"
 

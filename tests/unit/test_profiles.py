@@ -12,7 +12,7 @@ import pytest
 from autobatch.errors import ProfileError
 from autobatch.profiles import load_profile, load_profiles, parse_pbtxt, render_pbtxt
 
-from .conftest import PROFILES, REPOSITORY
+from ..conftest import PROFILES, REPOSITORY
 
 GOOD = """\
 name: p

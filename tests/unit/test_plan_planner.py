@@ -19,7 +19,7 @@ from autobatch.plan.planner import (
 from autobatch.plan.simulator import ServiceModel
 from autobatch.profiles import Profile, profile_from_mapping
 
-from .conftest import CURVES
+from ..conftest import CURVES
 
 FAST = {"duration_s": 10.0, "sweep_points": 8, "sweep_requests": 3000}
 """Smaller sweeps than the CLI's: the same code, a coarser search."""

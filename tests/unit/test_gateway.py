@@ -35,7 +35,7 @@ from autobatch.profiles import load_profiles
 from autobatch.signals.variants import VariantsSource, combine_windows
 from autobatch.signals.window import Window
 
-from .conftest import PROFILES
+from ..conftest import PROFILES
 
 MODEL = "emulated_accelerator"
 
@@ -616,7 +616,7 @@ async def test_with_prometheus_each_variant_is_its_pool_selector(tmp_path):
     from autobatch.signals.prometheus import PrometheusSource
     from autobatch.signals.variants import PrometheusStepSignals
 
-    from .deploy_support import OVERLAYS, find, materialize, render
+    from ..deploy_support import OVERLAYS, find, materialize, render
 
     # The gateway overlay's controller config, as its pod mounts it.
     objects = render(OVERLAYS / "gateway")

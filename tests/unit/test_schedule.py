@@ -18,7 +18,7 @@ from autobatch.schedule import (
     parse_schedule,
 )
 
-from .conftest import ROOT
+from ..conftest import ROOT
 
 EXAMPLES = ROOT / "examples" / "schedules"
 

@@ -29,7 +29,7 @@ from autobatch.actuators.triton import write_atomic
 from autobatch.errors import ConfigError
 from autobatch.profiles import load_profiles, parse_pbtxt
 
-from .conftest import PROFILES, REPOSITORY
+from ..conftest import PROFILES, REPOSITORY
 
 MODEL = "dense_mlp"
 URL = "http://triton.test:8000"

@@ -21,7 +21,7 @@ from autobatch.lab.prometheus import query as _query
 from autobatch.lab.serve import EMULATOR_MODEL
 from autobatch.signals import PrometheusSource, TritonSource, window_between
 
-from .helpers import BackgroundLoad
+from ..helpers import BackgroundLoad
 
 pytestmark = pytest.mark.triton
 
@@ -117,7 +117,7 @@ async def test_a_restart_inside_the_range_is_a_counter_reset() -> None:
     """Triton restarted while Prometheus scrapes it: the fleet window says so, then recovers."""
     from autobatch.lab.serve import TritonServer
 
-    from .conftest import REPOSITORY
+    from ..conftest import REPOSITORY
 
     with TritonServer.on_free_ports(REPOSITORY, models=[M]) as server, \
             running_prometheus({"a": _target(server)}) as prom:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -15,10 +14,9 @@ from autobatch.errors import ConfigError, SignalError
 from autobatch.plan.replay import parse_trace, replay
 from autobatch.policy import Reason
 
-from .conftest import PROFILES
-from .test_controller_unit import SATURATED, Clock, FakeActuator, ScriptedSource, make_config, ticks
+from ..conftest import DATA, PROFILES
+from .test_controller import SATURATED, Clock, FakeActuator, ScriptedSource, make_config, ticks
 
-DATA = Path(__file__).parent / "data"
 SELF_WAIT = dict(inference_rps=20.0, mean_batch_size=1.2, mean_queue_ms=19.0, p95_ms=30.0)
 
 

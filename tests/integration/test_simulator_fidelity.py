@@ -33,7 +33,7 @@ from autobatch.lab.measure import simulator_fidelity
 from autobatch.lab.serve import EMULATOR_MODEL
 from autobatch.profiles import load_profile, parse_pbtxt
 
-from .conftest import PROFILES, REPOSITORY
+from ..conftest import PROFILES, REPOSITORY
 
 pytestmark = pytest.mark.triton
 

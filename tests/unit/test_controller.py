@@ -21,7 +21,7 @@ from autobatch.errors import SignalError
 from autobatch.policy import Reason
 from autobatch.signals import Window
 
-from .conftest import PROFILES
+from ..conftest import DATA, PROFILES
 
 SATURATED = dict(inference_rps=520.0, mean_batch_size=8.0, mean_queue_ms=80.0,
                  pending_requests=60.0, pending_delta=40.0, p95_ms=140.0)
@@ -36,7 +36,7 @@ def make_config(tmp_path: Path, **policy) -> object:
         },
         "slo": {"p95_ms": 50},
         "policy": {"interval_s": 1, "confirmations": 1, "min_dwell_s": 0, "stabilization_s": 0,
-                   "curve": str(Path(__file__).parent / "data" / "dense_mlp_curve.yaml"), **policy},
+                   "curve": str(DATA / "dense_mlp_curve.yaml"), **policy},
         "decision_log": str(tmp_path / "decisions.jsonl"),
     }
     return sidecar_config_from_mapping(data, "test.yaml", base=tmp_path)

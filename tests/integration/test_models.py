@@ -12,7 +12,7 @@ from autobatch.lab import example_models
 from autobatch.lab.measure import measure_curve, synth_inputs
 from autobatch.lab.serve import EMULATOR_MODEL
 
-from .conftest import CURVES, REPOSITORY
+from ..conftest import CURVES, REPOSITORY
 
 MODELS = ["dense_mlp", "small_cnn", EMULATOR_MODEL]
 

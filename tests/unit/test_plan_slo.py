@@ -8,7 +8,7 @@ from autobatch.curve import BatchCurve, PointKind, load_curve
 from autobatch.errors import ConfigError
 from autobatch.plan.slo import ARTICLE_EXAMPLE, largest_fitting_batch, queue_budget
 
-from .conftest import CURVES
+from ..conftest import CURVES
 
 
 def test_the_article_example_gives_a_40_ms_budget_and_a_delay_in_its_20_to_30_ms():

@@ -17,7 +17,7 @@ from autobatch.errors import ConfigError, ServeError
 from autobatch.lab.process import group_members
 from autobatch.lab.serve import EMULATOR_MODEL, TritonServer, free_port
 
-from .conftest import REPOSITORY
+from ..conftest import REPOSITORY
 
 
 def test_context_manager_serves_and_leaves_no_process_behind():

@@ -35,8 +35,8 @@ from autobatch.load import run_load
 from autobatch.plan.replay import parse_trace, replay
 from autobatch.schedule import Phase, Schedule
 
-from .conftest import PROFILES, REPOSITORY
-from .helpers import BackgroundLoad
+from ..conftest import PROFILES, REPOSITORY
+from ..helpers import BackgroundLoad
 
 # latency-soft ([2, 4]) carries 4/20 ms = 200/s; aggressive ([8, 16, 32]) 32/48 ms = 667/s.
 CURVE = BatchCurve({1: 10.0, 2: 18.0, 4: 20.0, 8: 24.0, 16: 32.0, 32: 48.0}, name="dense-like")
