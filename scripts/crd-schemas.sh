@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The published CRD schemas (Gateway API, Istio, prometheus-operator) that
-# tests/test_deploy.py validates the kustomize output against: npm packages pinned
+# tests/unit/test_deploy.py validates the kustomize output against: npm packages pinned
 # by scripts/crd-schemas/package-lock.json, installed once per lock file.
 set -euo pipefail
 cd "$(dirname "$0")/crd-schemas"

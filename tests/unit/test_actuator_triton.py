@@ -1,7 +1,7 @@
 """The reload and dry-run actuators against a fake Triton (httpx.MockTransport) and a fake clock.
 
 Every behaviour mocked here is also exercised against the real Triton in
-tests/test_actuator_triton.py.
+tests/integration/test_actuator_triton.py.
 """
 
 from __future__ import annotations
@@ -349,7 +349,7 @@ async def test_a_failed_rollback_says_so(actuator, triton, profiles):
 def triton_normalise(config: dict[str, Any]) -> dict[str, Any]:
     """What Triton 2.51 does to a config it loads (core model_config_utils.cc
     NormalizeModelConfig / NormalizeInstanceGroup, and its JSON printer), as far as
-    profiles go; tests/test_actuator_triton.py checks each one on the real server."""
+    profiles go; tests/integration/test_actuator_triton.py checks each one on the real server."""
     out = copy.deepcopy(config)
     db = out.get("dynamic_batching")
     if db is not None:

@@ -11,7 +11,7 @@ The engines: ``triton`` (the batcher thread with prefetch), ``rules`` (batches
 formed only when an instance is free: Triton without prefetch) and ``general``
 (the same with priority levels and queue policies). On an idle server all three
 must form the same batches; where the instance is busy they differ on purpose
-(tests/test_simulator.py has those cases).
+(tests/unit/test_simulator.py has those cases).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The fleet's settings in the sidecar YAML, and a Service's ready endpoints read from
 EndpointSlices (pure: the API answer is a dict; no cluster runs here, so the
 EndpointSlice shape is the discovery.k8s.io/v1 reference's, not a real server's).
-The fleet against two real Tritons: tests/test_fleet.py."""
+The fleet against two real Tritons: tests/integration/test_fleet.py."""
 
 from __future__ import annotations
 

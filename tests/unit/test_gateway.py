@@ -1,7 +1,7 @@
 """Gateway weight shifting, the pure parts and the actuator's logic against fakes.
 
-Every fake here has a real counterpart in tests/test_gateway_haproxy.py (a real
-HAProxy and real Triton servers) or tests/test_gateway_kubernetes.py (the
+Every fake here has a real counterpart in tests/integration/test_gateway_haproxy.py (a real
+HAProxy and real Triton servers) or tests/unit/test_gateway_kubernetes.py (the
 schemas; there is no API server here).
 """
 

@@ -1,6 +1,6 @@
 """`autobatch load --sessions`: its bad input, and how frame records become the result.
 
-The runs against the real Triton are in tests/test_sessions_triton.py.
+The runs against the real Triton are in tests/integration/test_sessions_triton.py.
 """
 
 from __future__ import annotations

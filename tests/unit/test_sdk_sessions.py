@@ -1,7 +1,7 @@
 """SessionBatcher's slot and policy logic, on a client whose requests the test releases.
 
 The Triton boundary is faked here (a TritonBatchClient whose ``infer`` waits for
-the test); tests/test_sessions_triton.py runs the same batcher against the real server.
+the test); tests/integration/test_sessions_triton.py runs the same batcher against the real server.
 """
 
 from __future__ import annotations

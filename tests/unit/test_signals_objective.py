@@ -3,7 +3,7 @@
 Each source's arithmetic on its own input: ``parse_stats``' busy time,
 ``parse_instance_count``, ``Window.arrival_rps`` and ``with_instance_count``,
 the gateway's combined window, and the PromQL approximation. The real servers'
-figures are compared in tests/test_signals_prometheus.py.
+figures are compared in tests/integration/test_signals_prometheus.py.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
-"""The sources' I/O edges with httpx.MockTransport and fake clocks (each boundary also has an
-integration test against the real server: tests/test_signals_triton.py, test_signals_prometheus.py)."""
+"""The sources' I/O edges with httpx.MockTransport and fake clocks.
+
+Each boundary also has an integration test against the real server:
+tests/integration/test_signals_triton.py and test_signals_prometheus.py.
+"""
 
 from __future__ import annotations
 

@@ -169,7 +169,7 @@ def _view(config: Mapping[str, Any], *, count: bool, kind: bool) -> dict[str, An
 
     What Triton changes between the config sent and the config read back
     (core ``model_config_utils.cc``, checked on the real server by
-    tests/test_actuator_triton.py::test_triton_normalisations_read_back_as_the_profile):
+    tests/integration/test_actuator_triton.py::test_triton_normalisations_read_back_as_the_profile):
 
     * an empty ``preferred_batch_size`` becomes ``[max_batch_size]``;
     * preferred sizes keep the order sent, which the batcher ignores: sorted;

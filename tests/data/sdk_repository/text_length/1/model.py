@@ -1,4 +1,7 @@
-"""LENGTH = len(TEXT) in bytes, times WEIGHT if the request sent one (tests/test_sdk_triton.py)."""
+"""LENGTH = len(TEXT) in bytes, times WEIGHT if the request sent one.
+
+Used by tests/integration/test_sdk_triton.py.
+"""
 
 import numpy as np
 import triton_python_backend_utils as pb_utils

@@ -20,7 +20,7 @@ from autobatch.plan.switching import (
 from autobatch.profiles import Profile
 from autobatch.schedule import Phase, Schedule
 
-from .conftest import CURVES
+from ..conftest import CURVES
 
 
 @pytest.mark.parametrize(

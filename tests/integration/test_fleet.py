@@ -26,8 +26,8 @@ from autobatch.curve import BatchCurve
 from autobatch.lab.serve import EMULATOR_MODEL, TritonServer
 from autobatch.profiles import load_profiles
 
-from .conftest import PROFILES, REPOSITORY
-from .helpers import BackgroundLoad
+from ..conftest import PROFILES, REPOSITORY
+from ..helpers import BackgroundLoad
 
 CURVE = BatchCurve({1: 2.0, 2: 2.5, 4: 3.0, 8: 4.0, 16: 6.0, 32: 10.0}, name="fleet")
 LOAD_RPS = 30.0

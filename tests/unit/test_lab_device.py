@@ -1,5 +1,5 @@
 """DeviceMeter against a fake stats endpoint (httpx.MockTransport); the real Triton's
-stats are read by benchmarks/closed_loop.py and tests/test_demo.py."""
+stats are read by benchmarks/closed_loop.py and tests/integration/test_demo.py."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .deploy_support import DEPLOY
+from ..deploy_support import DEPLOY
 
 RULES = DEPLOY / "prometheus" / "rules.yaml"
 RULE_TESTS = DEPLOY / "prometheus" / "tests.yaml"

@@ -26,7 +26,7 @@ from autobatch.lab.sessions import SessionsCase, sessions_fidelity
 from autobatch.profiles import Profile
 from autobatch.sdk import SessionBatcher, TritonBatchClient
 
-from .conftest import CURVES, REPOSITORY
+from ..conftest import CURVES, REPOSITORY
 
 pytestmark = pytest.mark.triton
 
