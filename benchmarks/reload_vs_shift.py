@@ -333,7 +333,10 @@ def _rows(result: dict[str, Any], args: argparse.Namespace) -> list[dict[str, An
         parts.append(f"over gRPC **{p99('reload-grpc')}**")
     parts.append(f"weight shift **{p99('shift')}**")
     parts.append(f"no change {p99('steady')}")
-    parts.append(f"{result['failed']} failed of {result['requests']}")
+    failed_in = [f"{ways[w]['failed']} during {w}" for w in ("reload", "reload-grpc", "shift", "steady")
+                 if w in ways and ways[w].get("failed")]
+    parts.append(f"{result['failed']} failed of {result['requests']}"
+                 + (f" ({', '.join(failed_in)})" if failed_in else ""))
     mode = args.protocol + ("-grpc-load" if args.grpc_load_api else "")
     return [row(
         f"reload swap vs gateway weight shift, dense_mlp at {args.rate:g} req/s through HAProxy, "
