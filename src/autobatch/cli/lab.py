@@ -197,36 +197,44 @@ def measure(
 @app.command()
 def demo(
     schedule: Annotated[
-        Path | None, typer.Option(help="Load schedule (default: examples/schedules/step.yaml).")
+        Path | None, typer.Option(help="Load schedule (default: examples/schedules/demo.yaml).")
     ] = None,
     config: Annotated[
         Path | None, typer.Option(help="Sidecar config (default: examples/sidecar.yaml).")
     ] = None,
-    plot: Annotated[Path | None, typer.Option(help="Write the timeline as a PNG here.")] = None,
+    instances: Annotated[
+        int | None, typer.Option(help="dense_mlp's instance count in every run [the repository's].")
+    ] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write the controller's timeline as a PNG here.")] = None,
     keep: Annotated[
         Path | None, typer.Option(help="Keep the decision log in this folder.")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the per-phase summary as JSON.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the runs and comparisons as JSON.")] = False,
 ) -> None:
-    """Close the loop: embedded Triton + dense_mlp, the sidecar, a step load (~2 min).
+    """The controller against Triton's default and a static profile: embedded Triton + dense_mlp,
+    the same step load three times (~2 min), compared on latency and on device time.
 
     Example: autobatch demo --plot timeline.png
     """
-    from autobatch.cli.views import DemoView, plot_timeline, summary_table, switches_table
+    from autobatch.cli.views import DemoView, demo_table, demo_verdict_lines, plot_timeline, switches_table
     from autobatch.lab.demo import run_demo
 
+    if instances is not None and instances < 1:
+        raise ConfigError(f"instances = {instances}: must be an integer >= 1")
     console = err if as_json else out
     done = run_demo(schedule_path=schedule, config_path=config, workdir=keep,
-                    observer=DemoView(console))
+                    observer=DemoView(console), instances=instances)
     result = done.result
-    console.print(summary_table(result, "what each phase got, and the profile in force"))
     if result.switches:
         console.print(switches_table(result))
-    failed = sum(sum(p.failures.values()) for p in result.phases)
-    console.print(f"{len(result.report.records)} requests, {failed} failed. "
-                  f"Decision log: {done.decision_log or '(temporary)'}")
+    console.print(demo_table(done))
+    for line in demo_verdict_lines(done):
+        console.print(line)
+    failed = sum(sum(p.failures.values()) for r in done.runs.values() for p in r.phases)
+    requests = sum(len(r.report.records) for r in done.runs.values())
+    console.print(f"{requests} requests, {failed} failed. Decision log: {done.decision_log or '(temporary)'}")
     if plot is not None:
         plot_timeline(result, plot)
         console.print(f"timeline written to {plot}")
     if as_json:
-        print_json(result.to_dict())
+        print_json(done.to_dict())

@@ -20,6 +20,7 @@ from typing import Any
 from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
+from rich.markup import escape
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
@@ -27,7 +28,7 @@ from rich.text import Text
 from autobatch.curve import PointKind
 from autobatch.errors import ConfigError
 from autobatch.lab.closed_loop import ClosedLoopResult, Sample
-from autobatch.lab.demo import DemoSetup
+from autobatch.lab.demo import DemoResult, DemoSetup
 from autobatch.load.report import OK, LoadReport, RequestRecord
 from autobatch.plan.planner import Plan, VerdictKind
 from autobatch.plan.sessions import SessionsResult
@@ -501,12 +502,19 @@ class DemoView:
     @contextlib.contextmanager
     def running(self, setup: DemoSetup) -> Iterator[Callable[[Sample, Any], None]]:
         cfg, schedule = setup.config, setup.schedule
-        self.console.print(
-            f"Triton {setup.triton_http} (gRPC {setup.triton_grpc}); sidecar ladder "
-            f"{' -> '.join(p.name for p in cfg.profiles)}; SLO p95 {cfg.policy.slo_p95_ms:g} ms; "
-            f"{' -> '.join(f'{p.rate_rps:g}/s for {p.duration_s:g} s' for p in schedule.phases)}"
-        )
-        rows: deque[Sample] = deque(maxlen=12)
+        if setup.run == setup.runs[0]:
+            count = "" if setup.instances is None else f" x {setup.instances} instance(s)"
+            self.console.print(
+                f"Triton {setup.triton_http} (gRPC {setup.triton_grpc}), dense_mlp{count}; SLO p95 "
+                f"{cfg.policy.slo_p95_ms:g} ms; the same load "
+                f"({' -> '.join(f'{p.rate_rps:g}/s for {p.duration_s:g} s' for p in schedule.phases)}) "
+                f"{len(setup.runs)} times: {', '.join(setup.runs)}"
+            )
+        index = setup.runs.index(setup.run) + 1
+        what = (f"the sidecar, ladder {' -> '.join(p.name for p in cfg.profiles)}"
+                if setup.run == "controller" else f"{setup.run} held, no controller")
+        self.console.print(f"[bold]run {index}/{len(setup.runs)}: {what}[/]")
+        rows: deque[Sample] = deque(maxlen=8)
         with Live(console=self.console, refresh_per_second=2, transient=False) as live:
 
             def on_sample(sample: Sample, status: Any) -> None:
@@ -517,20 +525,43 @@ class DemoView:
         self.console.line()  # a piped Live leaves its last line open
 
 
-def summary_table(result: ClosedLoopResult, title: str | None = None) -> Table:
-    t = Table(title=title or f"per phase ({result.mode})")
-    for col in ("phase", "target/s", "done/s", "p50 ms", "p95 ms", "p99 ms", "> SLO", "failed",
-                "profile in force", "switch after"):
-        t.add_column(col, justify="left" if col in ("phase", "profile in force") else "right")
-    for p in result.phases:
-        prof = "\n".join(f"{k} {v:.0%}" for k, v in p.profiles.items())
-        t.add_row(
-            p.name, f"{p.target_rps:.0f}", f"{p.throughput_rps:.0f}",
-            _ms(p.p50_ms), _ms(p.p95_ms), _ms(p.p99_ms),
-            f"{p.over_slo / max(p.requests, 1):.1%}", str(sum(p.failures.values())), prof,
-            "-" if p.reaction_s is None else f"{p.reaction_s:.0f} s",
-        )
+def demo_table(result: DemoResult) -> Table:
+    """Per phase and over the run, each run side by side: the share of requests over the
+    SLO, p95 and device time per request."""
+    slo = result.result.slo_p95_ms
+    t = Table(title=f"the same load three ways: share over the SLO ({slo:g} ms) / p95 ms / "
+                    f"device ms per request")
+    t.add_column("phase")
+    t.add_column("target/s", justify="right")
+    for name in result.runs:
+        t.add_column(name, justify="right")
+    schedule = result.result.schedule
+    for i, ph in enumerate(schedule.phases):
+        cells = []
+        for r in result.runs.values():
+            p = r.phases[i]
+            cell = f"{p.over_slo_share:.1%} / {_ms(p.p95_ms)} / {_ms(p.device_ms)}"
+            if r.mode == "controller" and p.profiles:
+                cell += "\n" + escape(f"[{max(p.profiles.items(), key=lambda kv: kv[1])[0]}]")
+            cells.append(cell)
+        t.add_row(ph.name, f"{ph.rate_rps:g}", *cells)
+    t.add_row("whole run", "", *[f"{r.over_slo_share:.1%} / - / {_ms(r.device_ms)}"
+                                  for r in result.runs.values()])
     return t
+
+
+def demo_verdict_lines(result: DemoResult) -> list[str]:
+    """The demo's last lines: the controller against each static run, on both measures."""
+    lines = []
+    for c in result.comparisons:
+        dev = "-" if c.device_ratio is None else f"{c.device_ratio:.2f}x"
+        low = "-" if c.low_p95_ratio is None else f"{c.low_p95_ratio:.2f}x"
+        lines.append(
+            f"controller vs {c.against}: device time per request {dev}; requests over the SLO "
+            f"{c.over_slo_points:+.1f} points (worst phase, {c.worst_phase}: {c.worst_phase_points:+.1f}); "
+            f"p95 in the low phases {low}"
+        )
+    return lines
 
 
 def switches_table(result: ClosedLoopResult) -> Table:

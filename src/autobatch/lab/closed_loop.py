@@ -4,7 +4,9 @@ The demo (``autobatch demo``) and ``benchmarks/closed_loop.py`` both call
 :func:`run_closed_loop`: the load generator runs in a worker thread (it owns
 its event loop), the sidecar — when there is one — on the caller's loop, and a
 sampler records once a second what was live, so each phase can be told with the
-profile that was in force and how fast the controller reacted.
+profile that was in force and how fast the controller reacted. With a
+:class:`~autobatch.lab.device.DeviceMeter` it also reads Triton's compute times
+at every phase boundary: each phase's device time per request.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import numpy as np
 
 from autobatch.controller.config import SidecarConfig
 from autobatch.errors import AutobatchError
+from autobatch.lab.device import DeviceMeter, DeviceTotals
 from autobatch.load import LoadReport, RequestRecord, run_load
 from autobatch.profiles import Profile
 from autobatch.schedule import Schedule
@@ -69,9 +72,18 @@ class PhaseSummary:
     """Share of the phase's seconds each profile was live."""
     reaction_s: float | None
     """Seconds from the phase start to the first switch in it (None: no switch)."""
+    device_ms: float | None = None
+    """Instance milliseconds per request served in the phase (Triton's compute times);
+    None without a device meter or when nothing was served."""
+    mean_batch: float | None = None
+    """Requests per execution in the phase, from the same counters."""
+
+    @property
+    def over_slo_share(self) -> float:
+        return self.over_slo / self.requests if self.requests else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return self.__dict__.copy()
+        return {**self.__dict__, "over_slo_share": round(self.over_slo_share, 5)}
 
 
 @dataclass(frozen=True)
@@ -83,11 +95,24 @@ class ClosedLoopResult:
     samples: tuple[Sample, ...]
     switches: tuple[Switch, ...]
     phases: tuple[PhaseSummary, ...] = field(default=())
+    device: DeviceTotals | None = None
+    """Triton's compute-time totals over the whole run (with a device meter)."""
+
+    @property
+    def over_slo_share(self) -> float:
+        n = sum(p.requests for p in self.phases)
+        return sum(p.over_slo for p in self.phases) / n if n else 0.0
+
+    @property
+    def device_ms(self) -> float | None:
+        return None if self.device is None else self.device.device_ms_per_request
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "mode": self.mode,
             "slo_p95_ms": self.slo_p95_ms,
+            "over_slo_share": round(self.over_slo_share, 5),
+            "device_ms": self.device_ms,
             "phases": [p.to_dict() for p in self.phases],
             "switches": [s.__dict__ for s in self.switches],
             "failed_requests": sum(sum(p.failures.values()) for p in self.phases),
@@ -113,13 +138,22 @@ class _Recorder:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.done: list[tuple[float, float, bool]] = []  # (completion offset, latency ms, ok)
+        self._origin: float | None = None
 
     def __call__(self, rec: RequestRecord) -> None:
         if rec.sent_s is None:
             return
         lat = rec.latency_ms or 0.0
         with self.lock:
+            if self._origin is None:
+                # The load's clock starts at its first send, after its set-up and warm-up.
+                self._origin = time.monotonic() - rec.sent_s - lat / 1000.0
             self.done.append((rec.sent_s + lat / 1000.0, lat, rec.ok))
+
+    def origin(self) -> float | None:
+        """The load's time 0 on the monotonic clock, once a request has completed."""
+        with self.lock:
+            return self._origin
 
     def last(self, now_s: float, span_s: float = 2.0) -> tuple[float, float | None]:
         with self.lock:
@@ -133,7 +167,7 @@ class _Recorder:
 
 async def run_closed_loop(
     schedule: Schedule,
-    grpc_url: str,
+    url: str,
     model: str,
     *,
     sidecar: SidecarConfig | None,
@@ -142,8 +176,12 @@ async def run_closed_loop(
     on_sample: Callable[[Sample, Any], Any] | None = None,
     timeout_s: float = 30.0,
     seed: int = 0,
+    protocol: str = "grpc",
+    device: DeviceMeter | None = None,
 ) -> ClosedLoopResult:
-    """Drive ``schedule``; with ``sidecar`` the controller runs alongside, else what is live stays."""
+    """Drive ``schedule`` at ``url`` (``host:port`` of ``protocol``); with ``sidecar``
+    the controller runs alongside, else what is live stays. With ``device``, each
+    phase's device time per request is read from Triton's compute times."""
     from autobatch.controller.app import run_sidecar
 
     recorder = _Recorder()
@@ -170,14 +208,31 @@ async def run_closed_loop(
     load = loop.run_in_executor(
         None,
         lambda: run_load(
-            grpc_url, model, schedule, timeout_s=timeout_s, seed=seed, on_record=recorder
+            url, model, schedule, protocol=protocol, timeout_s=timeout_s, seed=seed,
+            on_record=recorder,
         ),
     )
     samples: list[Sample] = []
     starts = schedule.starts_s
+    # Device readings at each phase boundary: [start of phase 0, end of phase 0, ...].
+    readings: list[DeviceTotals] = []
+    bounds = [*starts[1:], schedule.duration_s]
     try:
+        if device is not None:
+            # The origin: what ran before the load does not count (its one warm-up
+            # request does, in the first phase).
+            readings.append(await device.read())
         while not load.done():
-            await asyncio.wait({load}, timeout=1.0)
+            origin = recorder.origin()
+            if origin is not None:
+                t0 = origin  # the load's own clock: set-up and warm-up come before it
+            now = time.monotonic() - t0
+            if device is not None and origin is not None:
+                while len(readings) <= len(bounds) and now >= bounds[len(readings) - 1]:
+                    readings.append(await device.read())
+            next_bound = next((b for b in bounds if b > now + 1e-3), None)
+            wait = 1.0 if next_bound is None or origin is None else min(1.0, max(0.01, next_bound - now))
+            await asyncio.wait({load}, timeout=wait)
             now = time.monotonic() - t0
             i = max(0, min(len(starts) - 1, int(np.searchsorted(starts, now, side="right")) - 1))
             phase = schedule.phases[i]
@@ -198,6 +253,12 @@ async def run_closed_loop(
             if on_sample is not None:
                 on_sample(sample, status)
         report: LoadReport = load.result()
+        if device is not None:
+            # The drain after the schedule counts toward the last phase.
+            final = await device.read()
+            while len(readings) < len(bounds) + 1:
+                readings.append(final)
+            readings[-1] = final
     finally:
         stop.set()
         if sidecar_task is not None:
@@ -205,8 +266,11 @@ async def run_closed_loop(
     switches: tuple[Switch, ...] = ()
     if sidecar is not None and sidecar.decision_log is not None and Path(sidecar.decision_log).exists():
         switches = tuple(_switches(Path(sidecar.decision_log), t0_wall=time.time() - (time.monotonic() - t0)))
-    result = ClosedLoopResult(mode, schedule, slo_p95_ms, report, tuple(samples), switches)
-    return replace(result, phases=tuple(_summaries(result, recorder)))
+    per_phase = ([readings[i + 1] - readings[i] for i in range(len(schedule.phases))]
+                 if device is not None and readings else None)
+    total = (readings[-1] - readings[0]) if device is not None and readings else None
+    result = ClosedLoopResult(mode, schedule, slo_p95_ms, report, tuple(samples), switches, device=total)
+    return replace(result, phases=tuple(_summaries(result, per_phase)))
 
 
 def _switches(log_path: Path, t0_wall: float) -> list[Switch]:
@@ -223,7 +287,7 @@ def _switches(log_path: Path, t0_wall: float) -> list[Switch]:
     return out
 
 
-def _summaries(result: ClosedLoopResult, recorder: _Recorder) -> list[PhaseSummary]:
+def _summaries(result: ClosedLoopResult, device: Sequence[DeviceTotals] | None) -> list[PhaseSummary]:
     starts = list(result.schedule.starts_s) + [result.schedule.duration_s]
     out = []
     records = result.report.records
@@ -251,6 +315,8 @@ def _summaries(result: ClosedLoopResult, recorder: _Recorder) -> list[PhaseSumma
                 failures=dict(stats.failures),
                 profiles={k: round(v / total, 3) for k, v in sorted(shares.items(), key=lambda kv: -kv[1])},
                 reaction_s=None if reaction is None else round(reaction, 1),
+                device_ms=None if device is None else device[i].device_ms_per_request,
+                mean_batch=None if device is None else device[i].mean_batch,
             )
         )
     return out

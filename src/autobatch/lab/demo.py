@@ -1,11 +1,21 @@
-"""``autobatch demo``: the embedded Triton, the sidecar and a step load, closing the loop.
+"""``autobatch demo``: the controller against Triton's default and a static profile, side by side.
 
-It starts Triton with dense_mlp on free loopback ports, the sidecar from
-``examples/sidecar.yaml`` (pointed at that Triton), and the step load of
-``examples/schedules/step.yaml`` (low -> high -> low, about two minutes). A live
-table shows the phase, the load, the latency the clients see and what the
-controller decided; at the end a table per phase says what each phase got and
-which profile was in force, and ``--plot`` draws the timeline.
+It starts Triton with dense_mlp on free loopback ports and drives the same
+short step load (``examples/schedules/demo.yaml``: low -> high -> low, 40 s)
+three times on it:
+
+1. with the sidecar from ``examples/sidecar.yaml`` (pointed at that Triton),
+   starting from the ladder's first rung; it runs first, on a fresh model, so
+   it reads no latency of the other runs;
+2. with Triton's default held (``triton-default``: no preferred sizes, no wait);
+3. with the ladder's last rung held (the profile a user tuning for throughput
+   would set and leave).
+
+A live table shows the phase, the load, the latency the clients see and what
+the controller decided. At the end, per phase and over the run: the share of
+requests over the SLO, p95, and device time per request (Triton's own compute
+times, :mod:`autobatch.lab.device`), and the controller against each of the two,
+on latency and on device time. ``--plot`` draws the controller's timeline.
 """
 
 from __future__ import annotations
@@ -22,11 +32,28 @@ from typing import Any, Protocol
 from autobatch.config import load_yaml
 from autobatch.controller.config import SidecarConfig, sidecar_config_from_mapping
 from autobatch.errors import ConfigError
-from autobatch.lab.closed_loop import ClosedLoopResult, Sample, run_closed_loop
+from autobatch.lab.closed_loop import ClosedLoopResult, Sample, apply_static, run_closed_loop
+from autobatch.lab.device import DeviceMeter
 from autobatch.lab.serve import TritonServer, project_root
+from autobatch.profiles import Profile, load_profiles
 from autobatch.schedule import Schedule, load_schedule
 
-__all__ = ["DemoObserver", "DemoResult", "DemoSetup", "demo_sidecar_config", "run_demo"]
+__all__ = [
+    "CONTROLLER",
+    "DemoComparison",
+    "DemoObserver",
+    "DemoResult",
+    "DemoSetup",
+    "compare_runs",
+    "demo_sidecar_config",
+    "run_demo",
+]
+
+CONTROLLER = "controller"
+"""The name of the controller's run; the static runs are named after their profiles."""
+DEFAULT = "triton-default"
+LOW_SHARE = 0.25
+"""A phase is low when its rate is at most this share of the schedule's peak."""
 
 MODEL = "dense_mlp"
 
@@ -65,6 +92,10 @@ class DemoSetup:
     triton_grpc: str
     config: SidecarConfig
     schedule: Schedule
+    run: str = CONTROLLER
+    """Which run starts: ``controller`` or the name of the profile held."""
+    runs: tuple[str, ...] = (CONTROLLER,)
+    instances: int | None = None
 
 
 class DemoObserver(Protocol):
@@ -75,7 +106,7 @@ class DemoObserver(Protocol):
         ...
 
     def running(self, setup: DemoSetup) -> AbstractContextManager[Callable[[Sample, Any], None]]:
-        """Entered for the closed loop; yields the callback each sample goes to."""
+        """Entered for each run (``setup.run``); yields the callback each sample goes to."""
         ...
 
 
@@ -88,11 +119,83 @@ class _Quiet:
 
 
 @dataclass(frozen=True)
+class DemoComparison:
+    """The controller against one static run: what the demo's last lines say."""
+
+    against: str
+    device_ratio: float | None
+    """The controller's device time per request over the run, over the static run's."""
+    over_slo_points: float
+    """The controller's share of requests over the SLO minus the static run's, in points."""
+    worst_phase: str
+    worst_phase_points: float
+    """The largest per-phase excess of the controller's share over the SLO, in points."""
+    low_p95_ratio: float | None
+    """The controller's p95 over the static run's, in the worst low phase."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def compare_runs(controller: ClosedLoopResult, static: ClosedLoopResult) -> DemoComparison:
+    """The controller against ``static`` over the same schedule (pure)."""
+    phases = controller.schedule.phases
+    peak = max(p.rate_rps for p in phases)
+    excess = [c.over_slo_share - s.over_slo_share for c, s in zip(controller.phases, static.phases)]
+    worst = max(range(len(phases)), key=lambda i: excess[i])
+    lows = [c.p95_ms / s.p95_ms for c, s, ph in zip(controller.phases, static.phases, phases)
+            if 0 < ph.rate_rps <= LOW_SHARE * peak and c.p95_ms is not None and s.p95_ms]
+    dev = (controller.device_ms / static.device_ms
+           if controller.device_ms is not None and static.device_ms else None)
+    return DemoComparison(
+        against=static.mode,
+        device_ratio=dev,
+        over_slo_points=100.0 * (controller.over_slo_share - static.over_slo_share),
+        worst_phase=phases[worst].name,
+        worst_phase_points=100.0 * excess[worst],
+        low_p95_ratio=max(lows) if lows else None,
+    )
+
+
+@dataclass(frozen=True)
 class DemoResult:
-    result: ClosedLoopResult
+    runs: dict[str, ClosedLoopResult]
+    """``controller`` and the static runs by profile name, in the order they ran."""
     config: SidecarConfig
     decision_log: Path | None
     """The decision log, when it was kept (``workdir`` given); None if it was temporary."""
+
+    @property
+    def result(self) -> ClosedLoopResult:
+        """The controller's run."""
+        return self.runs[CONTROLLER]
+
+    @property
+    def comparisons(self) -> tuple[DemoComparison, ...]:
+        return tuple(compare_runs(self.result, r) for name, r in self.runs.items() if name != CONTROLLER)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "runs": {name: r.to_dict() for name, r in self.runs.items()},
+            "comparisons": [c.to_dict() for c in self.comparisons],
+        }
+
+
+def _statics(config: SidecarConfig) -> list[Profile]:
+    """Triton's default and the ladder's last rung, as held profiles."""
+    top = config.profiles[-1]
+    default = next((p for p in config.profiles if p.name == DEFAULT), None)
+    if default is None:
+        folder = Path(config.profiles[0].source).parent
+        found = load_profiles(folder) if folder.is_dir() else {}
+        default = found.get(DEFAULT) or Profile(
+            name=DEFAULT, max_batch_size=top.max_batch_size, preferred_batch_size=(),
+            max_queue_delay_us=0, model=MODEL, source="<demo>")
+    return [default] if top.name == DEFAULT else [default, top]
+
+
+def _with_count(profile: Profile, instances: int | None) -> Profile:
+    return profile if instances is None else Profile(**{**profile.__dict__, "instance_count": instances})
 
 
 def run_demo(
@@ -101,10 +204,16 @@ def run_demo(
     config_path: Path | None = None,
     workdir: Path | None = None,
     observer: DemoObserver | None = None,
+    instances: int | None = None,
 ) -> DemoResult:
-    """Start Triton with dense_mlp, the sidecar and the step load; return what each phase got."""
+    """Start Triton with dense_mlp; run the step load with the sidecar, then with Triton's
+    default and with the ladder's last rung held; return what each run got.
+
+    ``instances`` sets dense_mlp's instance count for every run (default: the
+    repository's).
+    """
     observer = observer or _Quiet()
-    schedule = load_schedule(schedule_path or examples_dir() / "schedules" / "step.yaml")
+    schedule = load_schedule(schedule_path or examples_dir() / "schedules" / "demo.yaml")
     with tempfile.TemporaryDirectory(prefix="autobatch-demo-") as tmp:
         work = workdir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
@@ -113,12 +222,28 @@ def run_demo(
             server.start()
         try:
             cfg = demo_sidecar_config(server, work, config_path)
-            setup = DemoSetup(server.urls.http, server.urls.grpc, cfg, schedule)
-            with observer.running(setup) as on_sample:
-                result = asyncio.run(
-                    run_closed_loop(schedule, server.urls.grpc, MODEL, sidecar=cfg,
-                                    slo_p95_ms=cfg.policy.slo_p95_ms, on_sample=on_sample)
-                )
+            statics = _statics(cfg)
+            names = (CONTROLLER, *(p.name for p in statics))
+            runs: dict[str, ClosedLoopResult] = {}
+            for name in names:
+                held = next((p for p in statics if p.name == name), None)
+                setup = DemoSetup(server.urls.http, server.urls.grpc, cfg, schedule, run=name, runs=names,
+                                  instances=instances)
+                start = _with_count(held or cfg.profiles[0], instances)
+                asyncio.run(apply_static(server.urls.http, MODEL, start))
+                with observer.running(setup) as on_sample:
+                    runs[name] = asyncio.run(_one_run(server, schedule, cfg if held is None else None,
+                                                      cfg.policy.slo_p95_ms, name, on_sample))
         finally:
             server.close()
-    return DemoResult(result, cfg, cfg.decision_log if workdir else None)
+    return DemoResult(runs, cfg, cfg.decision_log if workdir else None)
+
+
+async def _one_run(server: TritonServer, schedule: Schedule, sidecar: SidecarConfig | None,
+                   slo_ms: float, mode: str, on_sample: Callable[[Sample, Any], None]) -> ClosedLoopResult:
+    meter = DeviceMeter(server.urls.http, [MODEL])
+    try:
+        return await run_closed_loop(schedule, server.urls.grpc, MODEL, sidecar=sidecar, slo_p95_ms=slo_ms,
+                                     mode=mode, on_sample=on_sample, device=meter)
+    finally:
+        await meter.aclose()
