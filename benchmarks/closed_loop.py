@@ -1,113 +1,479 @@
-"""The same step load, three ways: static latency-soft, static aggressive, the controller.
+"""The controller against Triton's default and every static profile, side by side on one server.
 
-    .venv/bin/python benchmarks/closed_loop.py [--schedule examples/schedules/step.yaml] [--json]
+    .venv/bin/python benchmarks/closed_loop.py [--schedule step|bursty|ramp|rise-fall|FILE ...]
+        [--instances 1,2] [--modes ...] [--json]
 
-One embedded Triton serves dense_mlp; each run starts from its profile (the
-controller's from latency-soft) and drives the step load of the demo. Per
-phase: p50/p95/p99 and throughput seen by the clients, the share of requests
-over the SLO, failures, and for the controller how long after a phase began it
-switched. For the controller run it also compares the p99 of requests in flight
-during a reload swap with the p99 of all other requests. Everything is measured
-side by side in one run on the same server, so the ratios hold on a noisy machine
-even where the absolute figures move.
+One embedded Triton per instance count holds three copies of dense_mlp, each
+with that many instances: ``dense_mlp`` (the static profiles and the reload
+controller run on it) and one variant per profile of the gateway ladder
+(``examples/sidecar-gateway.yaml``). One HAProxy carries every request over
+HTTP, so every mode pays the same proxy hop. For each schedule the modes run
+one after the other:
+
+* ``triton-default`` and every other profile of the reload ladder
+  (``examples/sidecar.yaml``), static: loaded, then left alone;
+* ``reload``: the sidecar of ``examples/sidecar.yaml``, swapping ``dense_mlp``
+  by reload, from the ladder's first profile;
+* ``gateway``: the sidecar of ``examples/sidecar-gateway.yaml``, shifting
+  HAProxy's weights between the two warm variants, from the first.
+
+Before each controller run its models are unloaded and loaded again, so the
+controller does not read the previous run's latencies in Triton's 60 s summary
+quantiles. Per phase: the share of requests over the SLO (client side, failed
+requests count as over), p50/p95/p99, throughput, device time per request
+(Triton's per-batch-size compute times read at every phase boundary,
+:mod:`autobatch.lab.device`), the mean batch and the profile in force. Each
+schedule ends with one line per controller: against the best static choice
+(Triton's default included), on the SLO and on device time, and the issue's
+targets: in every phase at most 1 point (gateway) or 3 points (reload) over
+the best static choice for that phase; over the schedule device time at most
+0.8x Triton's default's; in low phases (at most a quarter of the peak rate)
+p95 within 1.1x the default's.
+
+Runnable in parts (one schedule and one instance count at a time): each run
+saves its own result file, and ``make results`` shows the newest of each
+command line.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import shutil
+import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
-import numpy as np
+import httpx
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from autobatch.cli.views import summary_table
-from autobatch.lab.closed_loop import ClosedLoopResult, apply_static, latencies_during, run_closed_loop
-from autobatch.lab.demo import demo_sidecar_config
-from autobatch.lab.serve import TritonServer
-from autobatch.profiles import load_profile
-from autobatch.schedule import load_schedule
+from autobatch.config import load_yaml
+from autobatch.controller.config import SidecarConfig, sidecar_config_from_mapping
+from autobatch.lab.closed_loop import ClosedLoopResult, run_closed_loop
+from autobatch.lab.device import DeviceMeter
+from autobatch.lab.haproxy import HAProxyProcess, http_rewrite_config, write_variant
+from autobatch.lab.process import poll_until
+from autobatch.lab.serve import TritonServer, free_port
+from autobatch.profiles import Profile, load_profiles
+from autobatch.schedule import Schedule, load_schedule
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import row, save_result  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "dense_mlp"
+EXAMPLES = ROOT / "examples"
+SCHEDULES = ("step", "bursty", "ramp", "rise-fall")
+BACKEND = "be_variants"
+RELOAD_SERVER = "reload"
+TARGETS = {"gateway": 0.01, "reload": 0.03}
+"""Points over the best static choice a controller may go in a phase (the issue's must-show)."""
+DEVICE_TARGET = 0.8
+LOW_P95_TARGET = 1.1
+LOW_SHARE = 0.25
+"""A phase is low when its rate is at most this share of the schedule's peak (and not idle)."""
 
 
-def swap_tails(result: ClosedLoopResult) -> dict[str, float | int | None]:
-    windows = [(s.t_s, s.t_s + (s.duration_s or 0.0)) for s in result.switches if s.ok]
-    during = latencies_during(result.report.records, windows)
-    every = np.array([r.latency_ms for r in result.report.records if r.ok and r.latency_ms is not None])
-    if windows:
-        in_swap = {r.index for r in result.report.records
-                   if r.sent_s is not None and r.latency_ms is not None
-                   and any(r.sent_s < b and r.sent_s + r.latency_ms / 1000 > a for a, b in windows)}
-        steady = np.array([r.latency_ms for r in result.report.records
-                           if r.ok and r.latency_ms is not None and r.index not in in_swap])
-    else:
-        steady = every
-
-    def p99(a: np.ndarray) -> float | None:
-        return float(np.percentile(a, 99)) if len(a) else None
-
-    return {"swaps": len(windows), "p99_during_swaps_ms": p99(during), "p99_steady_ms": p99(steady),
-            "requests_during_swaps": int(len(during))}
+def schedule_path(name: str) -> Path:
+    p = Path(name)
+    return p if p.suffix in (".yaml", ".yml") else EXAMPLES / "schedules" / f"{name}.yaml"
 
 
-async def main_async(args: argparse.Namespace, console: Console) -> dict:
-    schedule = load_schedule(args.schedule)
-    results: dict[str, ClosedLoopResult] = {}
-    with tempfile.TemporaryDirectory(prefix="autobatch-bench-") as tmp, \
-            TritonServer.on_free_ports(ROOT / "model_repository", models=[MODEL]) as server:
-        cfg = demo_sidecar_config(server, Path(tmp))
-        slo = cfg.policy.slo_p95_ms
-        for mode in ("latency-soft", "aggressive", "controller"):
-            start = "latency-soft" if mode == "controller" else mode
-            profile = load_profile(ROOT / "profiles" / MODEL / f"{start}.yaml")
-            await apply_static(server.urls.http, MODEL, profile)
-            console.print(f"[bold]{mode}[/]: {schedule.duration_s:.0f} s of load ...")
-            results[mode] = await run_closed_loop(
-                schedule, server.urls.grpc, MODEL, sidecar=cfg if mode == "controller" else None,
-                slo_p95_ms=slo, mode=mode,
+def variant_server(profile: str) -> str:
+    return f"v-{profile}"
+
+
+def variant_model(profile: str) -> str:
+    return f"{MODEL}__{profile.replace('-', '_')}"
+
+
+def with_count(profile: Profile, n: int) -> Profile:
+    return Profile(**{**profile.__dict__, "instance_count": n})
+
+
+class Bench:
+    """One Triton (three copies of dense_mlp), one HAProxy, for one instance count."""
+
+    def __init__(
+        self,
+        instances: int,
+        reload_ladder: list[Profile],
+        gateway_ladder: list[Profile],
+        workdir: Path,
+        stack: contextlib.ExitStack,
+    ) -> None:
+        self.instances = instances
+        self.reload_ladder = reload_ladder
+        self.gateway_ladder = gateway_ladder
+        self.workdir = workdir
+        repo = workdir / "repo"
+        repo.mkdir()
+        source = ROOT / "model_repository" / MODEL
+        write_variant(source, repo, MODEL, with_count(reload_ladder[0], instances))
+        for p in gateway_ladder:
+            write_variant(source, repo, variant_model(p.name), with_count(p, instances))
+        self.triton = stack.enter_context(TritonServer.on_free_ports(repo, startup_timeout_s=600))
+        self.sock = workdir / "admin.sock"
+        self.listen = f"127.0.0.1:{free_port()}"
+        servers = {
+            RELOAD_SERVER: MODEL,
+            **{variant_server(p.name): variant_model(p.name) for p in gateway_ladder},
+        }
+        self.servers = servers
+        text = http_rewrite_config(
+            listen=self.listen,
+            socket_path=self.sock,
+            triton_http=self.triton.urls.http,
+            model=MODEL,
+            variants=servers,
+            backend=BACKEND,
+            weights={RELOAD_SERVER: 100},
+            hop_prefix=f"cl-{workdir.name}",
+        )
+        stack.enter_context(HAProxyProcess(text, self.sock))
+
+    # -- set-up between runs ----------------------------------------------------------------
+    async def route_to(self, server: str) -> None:
+        from autobatch.actuators.gateway import HAProxyRuntime, HAProxyWeights
+
+        await HAProxyWeights(HAProxyRuntime(str(self.sock)), BACKEND).write(
+            {s: (100 if s == server else 0) for s in self.servers}
+        )
+
+    async def fresh(self, model: str, profile: Profile) -> None:
+        """Unload ``model`` and load it again running ``profile``: new counters, new metrics."""
+        base = self.triton.urls.http
+        async with httpx.AsyncClient(timeout=600) as client:
+            live = (await client.get(f"{base}/v2/models/{model}/config")).json()
+            config = with_count(profile, self.instances).merge_into(live)
+            r = await client.post(f"{base}/v2/repository/models/{model}/unload")
+            r.raise_for_status()
+
+            await asyncio.to_thread(
+                poll_until,
+                lambda: httpx.get(f"{base}/v2/models/{model}/ready", timeout=10).status_code != 200,
+                timeout_s=600,
+                what=f"{model} to unload",
             )
-    out = {mode: r.to_dict() for mode, r in results.items()}
-    out["controller"]["swap_tails"] = swap_tails(results["controller"])
-    if args.json:
-        print(json.dumps(out, indent=2))
-        return out
-    for mode, r in results.items():
-        console.print(summary_table(r, f"{mode}"))
-    comp = Table(title=f"side by side: SLO p95 {slo:g} ms, requests over it / p95 ms / done per s")
-    comp.add_column("phase")
+            r = await client.post(
+                f"{base}/v2/repository/models/{model}/load",
+                json={"parameters": {"config": json.dumps(config)}},
+            )
+            if r.status_code != 200:
+                raise RuntimeError(f"loading {model} with {profile.name} failed: {r.text}")
+        await asyncio.to_thread(self.warm_up, model)
+
+    def warm_up(self, model: str) -> None:
+        """A fresh instance's first batches are slow (allocations, first kernels): run a few
+        of every size on each instance before anything is measured."""
+        import tritonclient.http as th
+
+        from autobatch.lab.measure import synth_inputs
+
+        client = th.InferenceServerClient(self.triton.urls.http.split("://", 1)[-1], network_timeout=120)
+        try:
+            config = client.get_model_config(model)
+            for b in (1, 2, 4, 8, 16, 32) * (2 * self.instances):
+                inputs = []
+                for name, arr in synth_inputs(config, b).items():
+                    t = th.InferInput(name, list(arr.shape), "FP32")
+                    t.set_data_from_numpy(arr)
+                    inputs.append(t)
+                client.infer(model, inputs)
+        finally:
+            client.close()
+
+    def _config(self, path: Path, log: Path, gateway: bool) -> SidecarConfig:
+        data = dict(load_yaml(path))
+        data["triton"] = {
+            "http_url": self.triton.urls.http,
+            "metrics_url": self.triton.urls.metrics,
+            "grpc_url": self.triton.urls.grpc,
+        }
+        data["server"] = {**dict(data.get("server") or {}), "listen": "127.0.0.1:0"}
+        data["decision_log"] = str(log)
+        if gateway:
+            act = dict(data["actuator"])
+            act["socket"] = str(self.sock)
+            act["backend"] = BACKEND
+            act["variants"] = {
+                p.name: {"server": variant_server(p.name), "model": variant_model(p.name)}
+                for p in self.gateway_ladder
+            }
+            data["actuator"] = act
+        return sidecar_config_from_mapping(data, str(path), base=path.resolve().parent)
+
+    # -- the runs -----------------------------------------------------------------------------
+    async def run(
+        self, mode: str, schedule: Schedule, slo_ms: float, console: Console, seed: int
+    ) -> ClosedLoopResult:
+        base = self.triton.urls.http
+        sidecar = None
+        if mode == "gateway":
+            first = self.gateway_ladder[0]
+            for p in self.gateway_ladder:
+                await self.fresh(variant_model(p.name), p)
+            await self.route_to(variant_server(first.name))
+            models = [variant_model(p.name) for p in self.gateway_ladder]
+            sidecar = self._config(EXAMPLES / "sidecar-gateway.yaml", self.workdir / f"{mode}.jsonl", True)
+        else:
+            await self.route_to(RELOAD_SERVER)
+            profile = (
+                self.reload_ladder[0]
+                if mode == "reload"
+                else next(p for p in self.reload_ladder if p.name == mode)
+            )
+            await self.fresh(MODEL, profile)
+            models = [MODEL]
+            if mode == "reload":
+                sidecar = self._config(EXAMPLES / "sidecar.yaml", self.workdir / f"{mode}.jsonl", False)
+        log = self.workdir / f"{mode}.jsonl"
+        log.unlink(missing_ok=True)
+        console.print(f"  {mode}: {schedule.duration_s:.0f} s of load ...", style="dim")
+        meter = DeviceMeter(base, models)
+        try:
+            return await run_closed_loop(
+                schedule,
+                self.listen,
+                MODEL,
+                sidecar=sidecar,
+                slo_p95_ms=slo_ms,
+                mode=mode,
+                protocol="http",
+                device=meter,
+                seed=seed,
+            )
+        finally:
+            await meter.aclose()
+
+
+# -- the comparison -----------------------------------------------------------------------------
+
+
+def low_phases(schedule: Schedule) -> list[int]:
+    peak = max(p.rate_rps for p in schedule.phases)
+    return [i for i, p in enumerate(schedule.phases) if 0 < p.rate_rps <= LOW_SHARE * peak]
+
+
+def compare(
+    schedule: Schedule, results: dict[str, ClosedLoopResult], statics: list[str], instances: int
+) -> dict[str, Any]:
+    """Each controller against the best static choice per phase and over the schedule."""
+    n = len(schedule.phases)
+    best_share = [min(results[s].phases[i].over_slo_share for s in statics) for i in range(n)]
+    best_in_phase = [
+        min(
+            statics,
+            key=lambda s: (results[s].phases[i].over_slo_share, results[s].phases[i].device_ms or 1e9),
+        )
+        for i in range(n)
+    ]
+
+    def misses(name: str) -> int:
+        return sum(1 for i in range(n) if results[name].phases[i].over_slo_share > best_share[i] + 0.01)
+
+    best_static = min(statics, key=lambda s: (misses(s), results[s].device_ms or 1e9))
+    default = results.get("triton-default")
+    out: dict[str, Any] = {
+        "best_static": best_static,
+        "best_static_per_phase": best_in_phase,
+        "low_phases": [schedule.phases[i].name for i in low_phases(schedule)],
+        "controllers": {},
+    }
+    for mode in ("reload", "gateway"):
+        if mode not in results:
+            continue
+        r = results[mode]
+        excess = [r.phases[i].over_slo_share - best_share[i] for i in range(n)]
+        worst = max(range(n), key=lambda i: excess[i])
+        dev_default = (
+            (r.device_ms / default.device_ms) if default and default.device_ms and r.device_ms else None
+        )
+        best = results[best_static]
+        dev_best = (r.device_ms / best.device_ms) if best.device_ms and r.device_ms else None
+        lows = []
+        for i in low_phases(schedule):
+            mine, theirs = r.phases[i].p95_ms, default.phases[i].p95_ms if default else None
+            if mine is not None and theirs:
+                lows.append((mine / theirs, schedule.phases[i].name, mine, theirs))
+        low = max(lows) if lows else None
+        out["controllers"][mode] = {
+            "excess_points": [round(100 * e, 3) for e in excess],
+            "worst_phase": schedule.phases[worst].name,
+            "worst_excess_points": round(100 * excess[worst], 3),
+            "target_points": 100 * TARGETS[mode],
+            "slo_target_met": excess[worst] <= TARGETS[mode] + 1e-9,
+            "over_slo_share": r.over_slo_share,
+            "best_static_over_slo_share": best.over_slo_share,
+            "device_vs_default": dev_default,
+            "device_vs_best_static": dev_best,
+            "device_target_met": None if dev_default is None else dev_default <= DEVICE_TARGET,
+            "low_p95_vs_default": None if low is None else round(low[0], 4),
+            "low_p95_phase": None if low is None else low[1],
+            "low_p95_target_met": None if low is None else low[0] <= LOW_P95_TARGET,
+            "instances": instances,
+        }
+    return out
+
+
+def verdict_line(schedule_name: str, instances: int, mode: str, c: dict[str, Any], best: str) -> str:
+    def x(v: float | None) -> str:
+        return "-" if v is None else f"{v:.2f}x"
+
+    ok = {True: "met", False: "MISSED", None: "n/a"}
+    return (
+        f"{schedule_name}, {instances} instance(s), controller by {mode} vs the best static choice "
+        f"({best}): {100 * c['over_slo_share']:.1f}% vs {100 * c['best_static_over_slo_share']:.1f}% "
+        f"of requests over the SLO, device time {x(c['device_vs_best_static'])} of it; worst phase "
+        f"{c['worst_phase']} {c['worst_excess_points']:+.1f} points over that phase's best static "
+        f"(target {c['target_points']:g}: "
+        f"{ok[c['slo_target_met']]}); device {x(c['device_vs_default'])} Triton's default (target "
+        f"{DEVICE_TARGET:g}x: {ok[c['device_target_met']]}); low-phase p95 {x(c['low_p95_vs_default'])} the "
+        f"default's (target {LOW_P95_TARGET:g}x: {ok[c['low_p95_target_met']]})"
+    )
+
+
+def phase_table(
+    schedule_name: str,
+    instances: int,
+    schedule: Schedule,
+    results: dict[str, ClosedLoopResult],
+    slo_ms: float,
+) -> Table:
+    t = Table(
+        title=f"{schedule_name}, dense_mlp x {instances} instance(s): share over the SLO ({slo_ms:g} ms) / "
+        f"p95 ms / device ms per request [profile in force]",
+        show_lines=False,
+    )
+    t.add_column("phase")
+    t.add_column("rate/s", justify="right")
     for mode in results:
-        comp.add_column(mode, justify="right")
-    for i, phase in enumerate(schedule.phases):
-        row = [phase.name]
+        t.add_column(mode, justify="right")
+    for i, ph in enumerate(schedule.phases):
+        cells = []
         for r in results.values():
             p = r.phases[i]
-            over = p.over_slo / max(p.requests, 1)
-            row.append(f"{over:.1%} / {p.p95_ms or 0:.0f} / {p.throughput_rps:.0f}")
-        comp.add_row(*row)
-    console.print(comp)
-    tails = out["controller"]["swap_tails"]
-    if tails["swaps"]:
-        console.print(
-            f"controller: {tails['swaps']} reload swaps; p99 of the {tails['requests_during_swaps']} "
-            f"requests in flight during a swap {tails['p99_during_swaps_ms']:.0f} ms vs "
-            f"{tails['p99_steady_ms']:.0f} ms for all others "
-            f"({tails['p99_during_swaps_ms'] / tails['p99_steady_ms']:.1f}x)"
-        )
+            dev = "-" if p.device_ms is None else f"{p.device_ms:.2f}"
+            cell = f"{p.over_slo_share:.1%} / {p.p95_ms or 0:.0f} / {dev}"
+            if r.mode in ("reload", "gateway"):
+                top = max(p.profiles.items(), key=lambda kv: kv[1])[0] if p.profiles else "?"
+                cell += escape(f" [{top}]")
+            cells.append(cell)
+        t.add_row(ph.name, f"{ph.rate_rps:g}", *cells)
+    totals = []
+    for r in results.values():
+        dev = "-" if r.device_ms is None else f"{r.device_ms:.2f}"
+        totals.append(f"{r.over_slo_share:.1%} / - / {dev}")
+    t.add_row("whole", "", *totals)
+    return t
+
+
+async def main_async(args: argparse.Namespace, console: Console) -> dict[str, Any]:
+    reload_cfg = load_yaml(EXAMPLES / "sidecar.yaml")
+    gateway_cfg = load_yaml(EXAMPLES / "sidecar-gateway.yaml")
+    available = load_profiles(ROOT / "profiles" / MODEL)
+    reload_ladder = [available[n] for n in reload_cfg["profiles"]["ladder"]]
+    gateway_ladder = [available[n] for n in gateway_cfg["profiles"]["ladder"]]
+    slo_ms = float(reload_cfg["slo"]["p95_ms"])
+    statics = [p.name for p in reload_ladder]
+    if "triton-default" not in statics:
+        reload_ladder.insert(0, available["triton-default"])
+        statics.insert(0, "triton-default")
+    modes = args.modes.split(",") if args.modes else [*statics, "reload", "gateway"]
+    schedules = {Path(s).stem: load_schedule(schedule_path(s)) for s in args.schedule or SCHEDULES}
+    out: dict[str, Any] = {
+        "model": MODEL,
+        "slo_p95_ms": slo_ms,
+        "reload_ladder": [p.name for p in reload_ladder],
+        "gateway_ladder": [p.name for p in gateway_ladder],
+        "runs": [],
+    }
+    for n in [int(x) for x in args.instances.split(",")]:
+        tmp = Path(tempfile.mkdtemp(prefix="ab-cl-"))
+        try:
+            with contextlib.ExitStack() as stack:
+                console.print(
+                    f"[bold]dense_mlp x {n} instance(s)[/]: starting Triton (3 copies) and HAProxy ..."
+                )
+                bench = Bench(n, reload_ladder, gateway_ladder, tmp, stack)
+                for name, schedule in schedules.items():
+                    console.print(
+                        f"[bold]{name}[/] ({schedule.duration_s:.0f} s per mode): {', '.join(modes)}"
+                    )
+                    results: dict[str, ClosedLoopResult] = {}
+                    for mode in modes:
+                        results[mode] = await bench.run(mode, schedule, slo_ms, console, args.seed)
+                    ran_statics = [s for s in statics if s in results]
+                    cmp = compare(schedule, results, ran_statics, n) if ran_statics else {}
+                    out["runs"].append(
+                        {
+                            "schedule": name,
+                            "instances": n,
+                            "comparison": cmp,
+                            "modes": {m: r.to_dict() for m, r in results.items()},
+                            "phases": [
+                                {"name": p.name, "rate_rps": p.rate_rps, "duration_s": p.duration_s}
+                                for p in schedule.phases
+                            ],
+                        }
+                    )
+                    if not args.json:
+                        console.print(phase_table(name, n, schedule, results, slo_ms))
+                    for mode, c in cmp.get("controllers", {}).items():
+                        console.print(verdict_line(name, n, mode, c, cmp["best_static"]))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def rows_for(result: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for run in result["runs"]:
+        cmp = run["comparison"]
+        for mode, c in cmp.get("controllers", {}).items():
+            dev = c["device_vs_default"]
+            low = c["low_p95_vs_default"]
+            rows.append(
+                row(
+                    f"closed loop, {run['schedule']}, dense_mlp x {run['instances']}: controller by {mode}",
+                    f"worst phase {c['worst_excess_points']:+.1f} points over the best static "
+                    f"(target {c['target_points']:g}); device "
+                    f"{'-' if dev is None else f'{dev:.2f}x'} Triton's default (target {DEVICE_TARGET:g}x); "
+                    f"low-phase p95 {'-' if low is None else f'{low:.2f}x'} the default's",
+                    key=f"device_{run['schedule']}_{run['instances']}_{mode}",
+                    value=dev,
+                    unit="x",
+                )
+            )
+    return rows
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--schedule", type=Path, default=ROOT / "examples" / "schedules" / "step.yaml")
-    ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--schedule",
+        action="append",
+        help=f"a schedule name ({', '.join(SCHEDULES)}) or YAML file; repeatable (default: all four)",
+    )
+    ap.add_argument("--instances", default="1,2", help="instance counts of dense_mlp, comma-separated (1,2)")
+    ap.add_argument(
+        "--modes", default="", help="comma-separated subset of the static profiles, reload, gateway"
+    )
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-save", action="store_true", help="do not write a result file (smoke runs)")
+    ap.add_argument("--json", action="store_true", help="print the result as JSON")
     args = ap.parse_args()
-    console = Console(stderr=args.json, width=140)
-    asyncio.run(main_async(args, console))
+    console = Console(stderr=args.json, width=200)
+    result = asyncio.run(main_async(args, console))
+    if not args.no_save:
+        save_result("closed_loop", result, rows_for(result))
+    if args.json:
+        print(json.dumps(result, indent=1, default=str))
 
 
 if __name__ == "__main__":
