@@ -23,6 +23,7 @@ BENCHMARKS = [
     ("loadgen", "loadgen", ["--duration", "5"]),
     ("loadgen-http", "loadgen", ["--protocol", "http", "--duration", "5"]),
     ("simulator", "simulator", ["--fidelity"]),
+    ("sessions", "sessions", []),
     ("sdk", "sdk", []),
     ("footprint", "footprint", []),
     ("reload_vs_shift", "reload_vs_shift", ["--grpc-load-api"]),
