@@ -34,7 +34,7 @@ def example() -> dict[str, Any]:
 def test_the_example_config_loads_as_documented():
     cfg = load_sidecar_config(EXAMPLE)
     assert cfg.model == "dense_mlp"
-    assert [p.name for p in cfg.profiles] == ["latency-soft", "balanced", "aggressive"]
+    assert [p.name for p in cfg.profiles] == ["triton-default", "efficient"]
     assert cfg.policy.slo_p95_ms == 60 and cfg.interval_s == 2
     assert cfg.policy.confirmations == 2 and cfg.policy.min_dwell_s == 10
     assert cfg.policy.curve is not None and cfg.actuator.load_api == "grpc"

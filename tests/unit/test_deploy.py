@@ -117,8 +117,8 @@ def test_a_broken_route_fails_the_gateway_api_schema(rendered):
 
 def test_a_broken_kustomization_fails_to_render(tmp_path):
     shutil.copytree(DEPLOY / "k8s", tmp_path / "k8s")
-    (tmp_path / "k8s" / "overlays" / "reload" / "config" / "balanced.yaml").unlink()
-    with pytest.raises(RuntimeError, match="balanced.yaml"):
+    (tmp_path / "k8s" / "overlays" / "reload" / "config" / "efficient.yaml").unlink()
+    with pytest.raises(RuntimeError, match="efficient.yaml"):
         render(tmp_path / "k8s" / "overlays" / "reload")
 
 

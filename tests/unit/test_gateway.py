@@ -627,8 +627,8 @@ async def test_with_prometheus_each_variant_is_its_pool_selector(tmp_path):
     try:
         assert all(isinstance(s, PrometheusSource) for s in source.sources.values())
         assert {n: s.promql.selector for n, s in source.sources.items()} == {
-            "latency-soft": 'namespace="serving",pool="latency"',
-            "aggressive": 'namespace="serving",pool="throughput"',
+            "triton-default": 'namespace="serving",pool="latency"',
+            "efficient": 'namespace="serving",pool="throughput"',
         }
     finally:
         await source.aclose()
