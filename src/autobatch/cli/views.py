@@ -137,7 +137,8 @@ def plan_renderable(plan: Plan) -> RenderableType:
     )
     for col in ("profile", "pref", "max", "delay ms", "p50", "p95", "p99", "rps",
                 "batch", "device ms", "max rps", ""):
-        cands.add_column(col, justify="left" if col in ("profile", "pref", "") else "right")
+        cands.add_column(col, justify="left" if col in ("profile", "pref", "") else "right",
+                         min_width=14 if col == "profile" else None)
     rec = plan.recommended
     for c in plan.candidates:
         lat = c.at_load.latency
