@@ -11,7 +11,7 @@ test:
 	@scripts/test.sh
 
 test-unit: setup
-	.venv/bin/pytest -q -p no:cacheprovider tests/unit
+	.venv/bin/pytest -q -p no:cacheprovider -n 2 tests/unit
 
 lint: setup
 	.venv/bin/ruff check src tests benchmarks

@@ -13,5 +13,10 @@ scripts/check-core-install.sh
 .venv/bin/ruff check src tests benchmarks
 .venv/bin/lint-imports   # the layers of docs/architecture.md, as contracts in pyproject.toml
 .venv/bin/python benchmarks/report.py --check   # the README's results table matches benchmarks/results/
-# Unit tests first (pure, a minute), then the real servers.
-exec .venv/bin/pytest -q -p no:cacheprovider tests/unit tests/integration "$@"
+# Unit tests first (pure, on both cores); then the real servers, three test files at a time
+# (most of their time is spent waiting on paced load, not computing); then, alone, the few
+# tests that compare measured latency with a prediction (marked serial).
+pytest=(.venv/bin/pytest -q -p no:cacheprovider)
+"${pytest[@]}" -n 2 tests/unit "$@"
+"${pytest[@]}" -n 3 --dist loadfile -m "not serial" tests/integration "$@"
+"${pytest[@]}" -m serial tests/integration "$@"

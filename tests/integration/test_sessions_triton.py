@@ -49,6 +49,7 @@ def autobatch(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=120, check=False)
 
 
+@pytest.mark.serial
 def test_load_sessions_agrees_with_simulate_sessions(emulator: Any) -> None:
     cases = [SessionsCase("batch-waiting", 4, 30.0), SessionsCase("round-robin", 4, 30.0)]
     result = sessions_fidelity(emulator.urls.grpc, emulator.urls.http, EMULATOR_MODEL, CURVE, cases,

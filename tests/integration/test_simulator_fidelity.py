@@ -35,7 +35,7 @@ from autobatch.profiles import load_profile, parse_pbtxt
 
 from ..conftest import PROFILES, REPOSITORY
 
-pytestmark = pytest.mark.triton
+pytestmark = [pytest.mark.triton, pytest.mark.serial]
 
 # Batch times of 10-72 ms, well above the ~1-2 ms the server adds, and a strong
 # batching gain so that the three rates run at very different batch sizes.
