@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import threading
@@ -9,6 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
+
+from autobatch.controller.app import run_sidecar
 from autobatch.load import RequestRecord, run_load
 from autobatch.schedule import Schedule
 
@@ -98,3 +102,67 @@ class BackgroundLoad:
         assert not self.thread.is_alive(), "the load generator did not stop"
         if self.error is not None and exc[0] is None:
             raise self.error
+
+
+class Running:
+    """The sidecar on a background event loop; stopped and joined on exit."""
+
+    def __init__(self, cfg) -> None:
+        self.cfg = cfg
+        self.sidecar = None
+        self.error: BaseException | None = None
+        self._ready = threading.Event()
+        self._loop = asyncio.new_event_loop()
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+
+        async def main() -> None:
+            self._stop = asyncio.Event()
+
+            def ready(sidecar) -> None:
+                self.sidecar = sidecar
+                self._ready.set()
+
+            await run_sidecar(self.cfg, stop=self._stop, ready=ready)
+
+        try:
+            self._loop.run_until_complete(main())
+        except BaseException as exc:  # surfaced by the test through .error
+            self.error = exc
+        finally:
+            self._ready.set()
+
+    def __enter__(self) -> Running:
+        self._thread.start()
+        assert self._ready.wait(120), "the sidecar did not start"
+        if self.error:
+            raise self.error
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(60)
+        assert not self._thread.is_alive(), "the sidecar did not stop"
+        if self.error and not isinstance(self.error, asyncio.CancelledError):
+            raise self.error
+
+    @property
+    def url(self) -> str:
+        return self.sidecar.url
+
+    def status(self) -> dict:
+        return httpx.get(self.url + "/status", timeout=5).json()
+
+    def wait_for(self, predicate, timeout_s: float, what: str) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            st = self.status()
+            if predicate(st):
+                return st
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}; status: {st}")
+            time.sleep(0.2)

@@ -9,13 +9,11 @@ two-core machine.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +24,6 @@ import yaml
 from typer.testing import CliRunner
 
 from autobatch.cli import app
-from autobatch.controller.app import run_sidecar
 from autobatch.controller.config import sidecar_config_from_mapping
 from autobatch.controller.loop import read_decision_log
 from autobatch.curve import BatchCurve
@@ -36,7 +33,7 @@ from autobatch.plan.replay import parse_trace, replay
 from autobatch.schedule import Phase, Schedule
 
 from ..conftest import PROFILES, REPOSITORY
-from ..helpers import BackgroundLoad
+from ..helpers import BackgroundLoad, Running
 
 # latency-soft ([2, 4]) carries 4/20 ms = 200/s; aggressive ([8, 16, 32]) 32/48 ms = 667/s.
 CURVE = BatchCurve({1: 10.0, 2: 18.0, 4: 20.0, 8: 24.0, 16: 32.0, 32: 48.0}, name="dense-like")
@@ -70,70 +67,6 @@ def config(tmp_path: Path, server: TritonServer, **over):
     for key, value in over.items():
         data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
     return sidecar_config_from_mapping(data, "sidecar.yaml", base=tmp_path)
-
-
-class Running:
-    """The sidecar on a background event loop; stopped and joined on exit."""
-
-    def __init__(self, cfg) -> None:
-        self.cfg = cfg
-        self.sidecar = None
-        self.error: BaseException | None = None
-        self._ready = threading.Event()
-        self._loop = asyncio.new_event_loop()
-        self._stop: asyncio.Event | None = None
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-
-        async def main() -> None:
-            self._stop = asyncio.Event()
-
-            def ready(sidecar) -> None:
-                self.sidecar = sidecar
-                self._ready.set()
-
-            await run_sidecar(self.cfg, stop=self._stop, ready=ready)
-
-        try:
-            self._loop.run_until_complete(main())
-        except BaseException as exc:  # surfaced by the test through .error
-            self.error = exc
-        finally:
-            self._ready.set()
-
-    def __enter__(self) -> Running:
-        self._thread.start()
-        assert self._ready.wait(120), "the sidecar did not start"
-        if self.error:
-            raise self.error
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(60)
-        assert not self._thread.is_alive(), "the sidecar did not stop"
-        if self.error and not isinstance(self.error, asyncio.CancelledError):
-            raise self.error
-
-    @property
-    def url(self) -> str:
-        return self.sidecar.url
-
-    def status(self) -> dict:
-        return httpx.get(self.url + "/status", timeout=5).json()
-
-    def wait_for(self, predicate, timeout_s: float, what: str) -> dict:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            st = self.status()
-            if predicate(st):
-                return st
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}; status: {st}")
-            time.sleep(0.2)
 
 
 def live_preferred(server: TritonServer) -> list[int]:

@@ -17,6 +17,7 @@ from autobatch.actuators.base import ActuationResult
 from autobatch.controller.config import sidecar_config_from_mapping
 from autobatch.controller.http import ControlServer
 from autobatch.controller.loop import Controller, run_controller
+from autobatch.controller.metrics import SWITCH_REASONS
 from autobatch.errors import SignalError
 from autobatch.policy import Reason
 from autobatch.signals import Window
@@ -306,8 +307,10 @@ async def test_the_settings_panels_and_alerts_compare_with_are_exported(tmp_path
         assert get("autobatch_profile_max_queue_delay_ms", labels) == delay_ms
         assert get("autobatch_profile_preferred_batch_size", labels) == preferred
         assert get("autobatch_profile_max_batch_size", labels) == largest
-    # Every failure reason exists at 0 before the first failure, for increase().
+    # Every failure reason and switch exists at 0 before the first one, for increase().
     assert get("autobatch_actuation_failures_total", {**m, "reason": "rejected"}) == 0
+    assert get("autobatch_switches_total", {**m, "reason": "pin", "to": "aggressive"}) == 0
+    assert set(SWITCH_REASONS) <= {r.value for r in Reason}
     await c.start()
     await ticks(c, clock, 1)
     assert get("autobatch_last_fresh_window_timestamp_seconds", m) == 1001.0

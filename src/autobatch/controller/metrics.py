@@ -23,6 +23,10 @@ _OK_REASONS = ("applied", "unchanged", "reapplied", "dry_run")
 FAILURE_REASONS = (*[r for r in REASONS if r not in _OK_REASONS], "error")
 """Every reason ``autobatch_actuation_failures_total`` counts (``error``: the actuator raised)."""
 
+SWITCH_REASONS = ("headroom", "self_inflicted_wait", "slo_breach", "failures", "saturation", "pin")
+"""The policy's reasons that switch (:class:`autobatch.policy.Reason`): each, toward each
+profile, starts at 0, so ``increase(autobatch_switches_total[...])`` counts a first switch."""
+
 
 class ControllerMetrics:
     def __init__(self, registry: CollectorRegistry, model: str, profiles: Sequence[str]) -> None:
@@ -123,9 +127,13 @@ class ControllerMetrics:
         )
         for stage in ("signals", "actuate", "reconcile", "log"):
             self.errors.labels(model, stage)
-        # Every failure reason at 0 from the start, so increase() sees the first failure.
+        # Every failure reason and every switch at 0 from the start: increase() does not
+        # count the first sample of a series, so a series born at 1 would hide its event.
         for reason in FAILURE_REASONS:
             self.actuation_failures.labels(model, reason)
+        for reason in SWITCH_REASONS:
+            for p in self.profiles:
+                self.switches.labels(model, reason, p)
         self.set_active(None)
         self.pinned.labels(model).set(0)
 

@@ -1,0 +1,157 @@
+"""The dashboard's panels and the alert rules on real data: a real Prometheus scrapes a
+real Triton under load and two running sidecars, and loads deploy/prometheus/rules.yaml.
+
+Sidecar A runs on the Triton (the emulated accelerator) with an SLO it cannot meet
+(0.5 ms) and a dwell of an hour. It is pinned to a profile this CPU-only Triton
+refuses (an actuation failure), then pinned three times between profiles that load
+(switches faster than the dwell allows), ending pinned with p95 over the SLO.
+Sidecar B watches a closed port with a 1 s staleness limit (stale signals), and is
+then stopped (a sidecar down). Every panel query, ``$model`` and ``$__rate_interval``
+filled in, and every alert expression must then return a series. Which alert fires
+on which scenario, and stays quiet on a healthy series, is promtool's part
+(tests/test_monitoring.py).
+
+The window signals ``arrival_rps``, ``forecast_rps``, ``device_ms_per_request``,
+``busy_share`` and the gauge ``autobatch_capacity_rps`` come from branch
+i11-control: while the sidecar does not export them, their queries are reported as
+pending (and must be empty); once it does, they are checked like the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from autobatch.curve import BatchCurve
+from autobatch.lab.process import poll_until
+from autobatch.lab.prometheus import PrometheusServer
+from autobatch.lab.serve import EMULATOR_MODEL, TritonServer, free_port
+
+from ..conftest import PROFILES, REPOSITORY
+from ..deploy_support import DEPLOY
+from ..helpers import BackgroundLoad, Running
+
+CURVE = BatchCurve({1: 2.0, 2: 2.5, 4: 3.0, 8: 4.0, 16: 6.0, 32: 10.0}, name="monitoring")
+TOKEN = "monitoring-token"
+PENDING = {"arrival_rps", "forecast_rps", "device_ms_per_request", "busy_share", "autobatch_capacity_rps"}
+"""Names of branch i11-control's signals and gauge."""
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[TritonServer]:
+    with TritonServer.on_free_ports(REPOSITORY, models=[EMULATOR_MODEL], emulate_curve=CURVE) as s:
+        yield s
+
+
+def sidecar_config(tmp_path: Path, name: str, triton: dict, policy: dict):
+    from autobatch.controller.config import sidecar_config_from_mapping
+
+    profiles = tmp_path / name / "profiles" / EMULATOR_MODEL
+    profiles.mkdir(parents=True)
+    for p in ("latency-soft", "triton-default", "aggressive"):
+        (profiles / f"{p}.yaml").write_text((PROFILES / EMULATOR_MODEL / f"{p}.yaml").read_text())
+    # Passes every local check; this CPU-only Triton refuses it.
+    (profiles / "gpu.yaml").write_text(
+        "name: gpu\nmax_batch_size: 32\ndynamic_batching: {preferred_batch_size: [8, 16]}\n"
+        "instance_group: {kind: KIND_GPU}\n")
+    (tmp_path / name / "token").write_text(TOKEN + "\n")
+    data = {
+        "model": EMULATOR_MODEL,
+        "triton": triton,
+        "profiles": {"dir": str(profiles), "ladder": ["latency-soft", "triton-default", "aggressive", "gpu"]},
+        "slo": {"p95_ms": 0.5},
+        "policy": {"interval_s": 1, "confirmations": 2, **policy},
+        "server": {"listen": "127.0.0.1:0", "token_file": str(tmp_path / name / "token")},
+    }
+    return sidecar_config_from_mapping(data, f"{name}.yaml", base=tmp_path)
+
+
+def pin(sidecar: Running, profile: str) -> None:
+    r = httpx.post(sidecar.url + "/profile", json={"profile": profile},
+                   headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
+    assert r.status_code == 200, r.text
+
+
+def ask(prom: PrometheusServer, expr: str) -> list[dict]:
+    """An instant query's series; a query Prometheus refuses fails the test at once."""
+    r = httpx.get(f"{prom.url}/api/v1/query", params={"query": expr}, timeout=10)
+    assert r.status_code == 200, f"Prometheus refused {expr}: {r.text}"
+    return r.json()["data"]["result"]
+
+
+def fill(expr: str) -> str:
+    return expr.replace("$model", EMULATOR_MODEL).replace("$__rate_interval", "1m")
+
+
+def pending_in(expr: str, exported: str) -> set[str]:
+    """The i11-control names an expression uses that the sidecar does not export yet."""
+    return {n for n in PENDING if re.search(rf"\b{n}\b", expr) and not re.search(rf"\b{n}\b", exported)}
+
+
+def test_every_panel_and_alert_expression_returns_a_series(tmp_path, server, capsys):
+    a_cfg = sidecar_config(tmp_path, "a", {"http_url": server.urls.http, "metrics_url": server.urls.metrics,
+                                           "grpc_url": server.urls.grpc}, {"min_dwell_s": 3600})
+    closed = free_port()
+    b_cfg = sidecar_config(tmp_path, "b", {"http_url": f"http://127.0.0.1:{closed}",
+                                           "metrics_url": f"http://127.0.0.1:{closed}/metrics",
+                                           "grpc_url": f"127.0.0.1:{closed}"}, {"max_window_age_s": 1})
+    board = json.loads((DEPLOY / "grafana" / "autobatch.json").read_text())
+    panels = {f"{p['title']} [{t['refId']}]": fill(t["expr"]) for p in board["panels"] for t in p["targets"]}
+    panels["variable model"] = "autobatch_slo_p95_ms"  # label_values(autobatch_slo_p95_ms, model)
+    rules = yaml.safe_load((DEPLOY / "prometheus" / "rules.yaml").read_text())
+    alerts = {r["alert"]: r["expr"] for g in rules["groups"] for r in g["rules"]}
+
+    panels["annotation switches"] = fill(board["annotations"]["list"][0]["expr"])
+    results: dict[str, int] = {}
+    pending: dict[str, set[str]] = {}
+    with BackgroundLoad(server.urls.grpc, EMULATOR_MODEL, 40.0, max_s=180.0, seed=21) as load, \
+            Running(a_cfg) as a, ExitStack() as b_running:
+        b = b_running.enter_context(Running(b_cfg))
+        target = server.urls.metrics.split("://", 1)[1].removesuffix("/metrics")
+        sidecars = [a.url.split("://", 1)[1], b.url.split("://", 1)[1]]
+        with PrometheusServer({"triton": target}, extra_jobs={"autobatch": sidecars},
+                              rule_files=[DEPLOY / "prometheus" / "rules.yaml"]) as prom:
+            poll_until(lambda: ask(prom, 'count(up{job="autobatch"} == 1) == 2'), timeout_s=30,
+                       what="both sidecars scraped")
+            # An actuation failure: the pin to gpu is refused by Triton and dropped.
+            pin(a, "gpu")
+            a.wait_for(lambda s: s["errors"].get("actuate", 0) >= 1, 60, "the refused pin")
+            # Three switches an hour's dwell would not allow, ending pinned over the SLO.
+            for profile in ("triton-default", "aggressive", "triton-default"):
+                pin(a, profile)
+                a.wait_for(lambda s, p=profile: s["active_profile"] == p, 60, f"the pin to {profile}")
+            exported = httpx.get(a.url + "/metrics", timeout=5).text
+
+            checks = {**panels, **{f"alert {k}": v for k, v in alerts.items() if k != "AutobatchSidecarDown"}}
+            for name, expr in checks.items():
+                waiting = pending_in(expr, exported)
+                if waiting:
+                    pending[name] = waiting
+                    assert ask(prom, expr) == [], f"{name}: pending, yet answers: {expr}"
+                    continue
+                found = poll_until(lambda e=expr: ask(prom, e), timeout_s=45, interval_s=0.5,
+                                   what=f"{name} to return a series: {expr}")
+                results[name] = len(found)
+
+            # The sidecar down: B stops and its target goes down.
+            b_running.close()
+            down = poll_until(lambda: ask(prom, alerts["AutobatchSidecarDown"]), timeout_s=30,
+                              what="the sidecar down expression to return a series")
+            assert [d["metric"]["instance"] for d in down] == [sidecars[1]]
+            results["alert AutobatchSidecarDown"] = len(down)
+            # Prometheus evaluates the rules it loaded: the failure alert is firing.
+            poll_until(lambda: ask(prom, 'ALERTS{alertname="AutobatchActuationFailed",alertstate="firing"}'),
+                       timeout_s=30, what="Prometheus to fire AutobatchActuationFailed")
+    assert load.report is not None and load.report.total.failures == {}
+    assert set(results) | set(pending) == set(panels) | {f"alert {k}" for k in alerts}
+    assert all(not k.startswith("alert") for k in pending)
+    with capsys.disabled():
+        print(f"\n[monitoring] {len(results)} queries returned series; pending on i11-control "
+              f"({len(pending)}): {', '.join(sorted(pending)) or 'none'}")
