@@ -271,3 +271,28 @@ def test_every_overlay_is_documented():
     assert "kubectl apply -k deploy/k8s/overlays/reload" in text
     for p in overlays():
         assert f"overlays/{p.name}" in text, p.name
+
+
+def test_fleet_mode_one_controller_reloading_the_replicas_of_a_service(rendered, tmp_path):
+    objects = rendered["fleet"]
+    (triton,) = _triton_pods(objects)
+    assert triton["spec"]["replicas"] > 1
+    assert [c["name"] for c in triton["spec"]["template"]["spec"]["containers"]] == ["triton"]
+    dep, _ = _sidecars(objects)[0]
+    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"]["type"] == "Recreate"
+    materialize(objects, dep, "autobatch", tmp_path)
+    cfg = load_sidecar_config(tmp_path / "etc" / "autobatch" / "sidecar.yaml")
+    assert cfg.signals.source == "prometheus"
+    replicas = cfg.actuator.replicas
+    assert replicas is not None and replicas.service is not None
+    (svc,) = find(objects, "Service", replicas.service)
+    assert {p["name"] for p in svc["spec"]["ports"]} >= {replicas.http_port, replicas.grpc_port}
+    assert svc["spec"]["selector"].items() <= triton["spec"]["template"]["metadata"]["labels"].items()
+    assert [p.name for p in cfg.profiles] == ["latency-soft", "balanced", "aggressive"]
+    # RBAC: list EndpointSlices in the namespace, nothing else.
+    assert not find(objects, "ClusterRole") and not find(objects, "ClusterRoleBinding")
+    (role,) = find(objects, "Role")
+    assert role["rules"] == [{"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+                              "verbs": ["list"]}]
+    (binding,) = find(objects, "RoleBinding")
+    assert binding["subjects"][0]["name"] == dep["spec"]["template"]["spec"]["serviceAccountName"]
