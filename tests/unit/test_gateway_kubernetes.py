@@ -375,3 +375,19 @@ async def test_apply_auto_uses_the_api_server_in_a_pod_and_prints_outside(cluste
         await outside.aclose()
     with pytest.raises(ConfigError, match="actuator.apply = 'api': not running in a Kubernetes pod"):
         build(k8s_config(tmp_path, apply="api"), env={}, service_account_dir=sa)
+
+
+def test_the_istio_overlay_routes_by_host_and_patches_into_a_valid_virtualservice(tmp_path):
+    """deploy/k8s/overlays/gateway-istio: one pool per destination host, no subsets."""
+    (vs,) = find(render(OVERLAYS / "gateway-istio"), "VirtualService")
+    path = tmp_path / "vs.yaml"
+    path.write_text(yaml.safe_dump(vs))
+    vs = load_manifest(path, VS_REF)
+    lat, thr = (f"triton-{pool}.serving.svc.cluster.local" for pool in ("latency", "throughput"))
+    assert read_weights(vs, VS_REF) == {lat: 100.0, thr: 0.0}
+    ops = weight_patch(vs, VS_REF, {lat: 50, thr: 50})
+    check(ops, JSON_PATCH_SCHEMA)
+    assert {"op": "test", "path": "/spec/http/0/route/1/destination/host", "value": thr} in ops
+    after = apply_json_patch(vs, ops)
+    published(after)
+    assert read_weights(after, VS_REF) == {lat: 50.0, thr: 50.0}
