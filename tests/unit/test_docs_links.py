@@ -84,3 +84,21 @@ def test_nothing_points_at_the_design_folder_outside_the_repository() -> None:
         if outside in (ROOT / name).read_text(encoding="utf-8"):
             hits.append(name)
     assert not hits, f"files pointing outside the repository: {hits}"
+
+
+def _contract_layers() -> list[str]:
+    """The `layers` contract of pyproject.toml, top first, as `a | b` lines without `autobatch.`."""
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    block = re.search(r'type = "layers"\s*(?:#[^\n]*\n\s*)*layers = \[(.*?)\]', text, re.S)
+    assert block, "pyproject.toml has no layers contract"
+    layers = [s.replace("autobatch.", "") for s in re.findall(r'"([^"]+)"', block.group(1))]
+    return [x for x in layers if x != "__main__"]
+
+
+def test_the_architecture_page_draws_the_layers_of_the_contract() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("## The layers", 1)[1]
+    blocks = re.findall(r"^```\n(.*?)^```", section, re.S | re.M)
+    drawn = next(([re.split(r"\s{2,}", line)[0] for line in b.splitlines()] for b in blocks
+                  if b.startswith("cli ")), None)
+    assert drawn == _contract_layers(), "docs/architecture.md's layer diagram differs from pyproject.toml"
