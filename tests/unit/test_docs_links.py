@@ -102,3 +102,18 @@ def test_the_architecture_page_draws_the_layers_of_the_contract() -> None:
     drawn = next(([re.split(r"\s{2,}", line)[0] for line in b.splitlines()] for b in blocks
                   if b.startswith("cli ")), None)
     assert drawn == _contract_layers(), "docs/architecture.md's layer diagram differs from pyproject.toml"
+
+
+TOP = ("src/", "tests/", "benchmarks/", "docs/", "deploy/", "examples/", "profiles/", "curves/",
+       "scripts/", "model_repository/")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_repository_path_a_page_names_exists(page: Path) -> None:
+    """`tests/integration/test_x.py` in backticks is a promise too: it must not go stale."""
+    spans = CODE.findall(FENCE.sub("", page.read_text(encoding="utf-8")))  # inline code, not examples
+    named = {m.group(1).rstrip(".") for span in spans
+             for m in re.finditer(r"(?<![\w./-])([A-Za-z0-9_.-]+/[A-Za-z0-9_./-]*)", span)}
+    missing = sorted(p for p in named if p.startswith(TOP) and not any(c in p for c in "<>*")
+                     and not (ROOT / p).exists())
+    assert not missing, f"{page.relative_to(ROOT)} names paths that do not exist: {missing}"
