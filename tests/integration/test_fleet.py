@@ -194,3 +194,48 @@ async def test_a_profile_reaches_both_replicas_one_at_a_time_and_a_refusal_rolls
                   f"B {load_b.report.total.sent}, failed 0")
     finally:
         await act.aclose()
+
+
+def test_a_sidecar_with_replicas_decides_on_the_whole_fleet_and_reloads_each(replicas, tmp_path):
+    """The sidecar YAML's ``actuator.replicas`` end to end: Prometheus signals summed over
+    both replicas reach the policy, and a pin reaches both Tritons through the fleet."""
+    from autobatch.controller.config import sidecar_config_from_mapping
+    from autobatch.lab.prometheus import PrometheusServer
+
+    from ..helpers import Running
+
+    a, b = replicas
+    (tmp_path / "token").write_text("fleet-token\n")
+    targets = {name: s.urls.metrics.split("://", 1)[1].removesuffix("/metrics")
+               for name, s in (("a", a), ("b", b))}
+    with PrometheusServer(targets) as prom:
+        cfg = sidecar_config_from_mapping({
+            "model": EMULATOR_MODEL,
+            "profiles": {"dir": str(PROFILES / EMULATOR_MODEL), "ladder": ["latency-soft", "triton-default"]},
+            "slo": {"p95_ms": 500},
+            "policy": {"interval_s": 1, "min_dwell_s": 3600},
+            "signals": {"source": "prometheus", "prometheus_url": prom.url, "selector": {"job": "triton"}},
+            "actuator": {"kind": "triton", "replicas": [
+                {"http_url": s.urls.http, "grpc_url": s.urls.grpc} for s in (a, b)]},
+            "server": {"listen": "127.0.0.1:0", "token_file": str(tmp_path / "token")},
+        }, "fleet.yaml", base=tmp_path)
+        with BackgroundLoad(a.urls.grpc, EMULATOR_MODEL, LOAD_RPS, max_s=90.0, seed=13) as load_a, \
+                BackgroundLoad(b.urls.grpc, EMULATOR_MODEL, LOAD_RPS, max_s=90.0, seed=14) as load_b, \
+                Running(cfg) as sidecar:
+            # The policy's window is the fleet's: both replicas' requests, summed.
+            st = sidecar.wait_for(
+                lambda s: ((s.get("last_window") or {}).get("request_rps") or 0) > 1.5 * LOAD_RPS, 60,
+                "a window with both replicas' traffic")
+            assert st["last_window"]["request_rps"] < 2.5 * LOAD_RPS
+            r = httpx.post(sidecar.url + "/profile", json={"profile": "triton-default"},
+                           headers={"Authorization": "Bearer fleet-token"}, timeout=10)
+            assert r.status_code == 200
+            st = sidecar.wait_for(lambda s: s["active_profile"] == "triton-default", 60, "the pin")
+            assert st["last_actuation"]["ok"] and "2 replicas" in st["last_actuation"]["message"]
+            assert (preferred(a), preferred(b)) == ([32], [32])
+            r = httpx.post(sidecar.url + "/profile", json={"profile": "latency-soft"},
+                           headers={"Authorization": "Bearer fleet-token"}, timeout=10)
+            sidecar.wait_for(lambda s: s["active_profile"] == "latency-soft", 60, "the pin back")
+            assert (preferred(a), preferred(b)) == ([2, 4], [2, 4])
+        for load in (load_a, load_b):
+            assert load.report.total.failures == {} and load.report.total.ok == load.report.total.sent

@@ -9,7 +9,7 @@ Sidecar B watches a closed port with a 1 s staleness limit (stale signals), and 
 then stopped (a sidecar down). Every panel query, ``$model`` and ``$__rate_interval``
 filled in, and every alert expression must then return a series. Which alert fires
 on which scenario, and stays quiet on a healthy series, is promtool's part
-(tests/test_monitoring.py).
+(tests/unit/test_monitoring.py).
 
 The window signals ``arrival_rps``, ``forecast_rps``, ``device_ms_per_request``,
 ``busy_share`` and the gauge ``autobatch_capacity_rps`` come from branch

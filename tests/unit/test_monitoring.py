@@ -6,7 +6,7 @@ beside it staying quiet); a rule with a broken threshold makes those tests fail.
 The dashboard is the output of deploy/grafana/build.py and uses only metrics the
 sidecar exports (or that the issue names for another engineer's branch).
 The same expressions against a real Prometheus, Triton and sidecar:
-tests/test_monitoring_live.py.
+tests/integration/test_monitoring_live.py.
 """
 
 from __future__ import annotations
