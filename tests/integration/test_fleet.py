@@ -227,15 +227,21 @@ def test_a_sidecar_with_replicas_decides_on_the_whole_fleet_and_reloads_each(rep
                 lambda s: ((s.get("last_window") or {}).get("request_rps") or 0) > 1.5 * LOAD_RPS, 60,
                 "a window with both replicas' traffic")
             assert st["last_window"]["request_rps"] < 2.5 * LOAD_RPS
-            r = httpx.post(sidecar.url + "/profile", json={"profile": "triton-default"},
-                           headers={"Authorization": "Bearer fleet-token"}, timeout=10)
-            assert r.status_code == 200
-            st = sidecar.wait_for(lambda s: s["active_profile"] == "triton-default", 60, "the pin")
-            assert st["last_actuation"]["ok"] and "2 replicas" in st["last_actuation"]["message"]
-            assert (preferred(a), preferred(b)) == ([32], [32])
-            r = httpx.post(sidecar.url + "/profile", json={"profile": "latency-soft"},
-                           headers={"Authorization": "Bearer fleet-token"}, timeout=10)
-            sidecar.wait_for(lambda s: s["active_profile"] == "latency-soft", 60, "the pin back")
-            assert (preferred(a), preferred(b)) == ([2, 4], [2, 4])
+            # The sidecar adopted what both replicas run; pin the other profile, then back:
+            # each pin is a reload of both.
+            start = st["active_profile"]
+            assert start in ("latency-soft", "triton-default")
+            reads = {"latency-soft": [2, 4], "triton-default": [32]}
+            other = "latency-soft" if start == "triton-default" else "triton-default"
+            for profile, want in ((other, reads[other]), (start, reads[start])):
+                r = httpx.post(sidecar.url + "/profile", json={"profile": profile},
+                               headers={"Authorization": "Bearer fleet-token"}, timeout=10)
+                assert r.status_code == 200
+                st = sidecar.wait_for(
+                    lambda s, p=profile: s["active_profile"] == p and (s["last_actuation"] or {}).get(
+                        "profile") == p, 60, f"the pin to {profile}")
+                assert st["last_actuation"]["ok"], st["last_actuation"]
+                assert "on 2 replicas" in st["last_actuation"]["message"]
+                assert (preferred(a), preferred(b)) == (want, want)
         for load in (load_a, load_b):
             assert load.report.total.failures == {} and load.report.total.ok == load.report.total.sent
