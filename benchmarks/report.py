@@ -105,8 +105,9 @@ def table(results: Path = RESULTS) -> str:
                 values = [x["value"] for d in runs[name] for x in d["rows"]
                           if x.get("key") == key and isinstance(x.get("value"), (int, float))]
                 if len(values) > 1:
-                    figure += (f" (over {len(values)} runs: {_fmt(min(values))}-{_fmt(max(values))}"
-                               f"{r.get('unit', '')})")
+                    low, high, unit = _fmt(min(values)), _fmt(max(values)), r.get("unit", "")
+                    spread = f"{low}-{high}{unit}" if low != high else f"{low}{unit} in each"
+                    figure += f" (over {len(values)} runs: {spread})"
             cell = figure.replace("|", "\\|")
             run = f"[{doc['date'][:10]}]({doc['_file']})"
             lines.append(f"| {r['what']} | {cell} | `{r['command']}` | {run} |")

@@ -49,6 +49,17 @@ def test_a_range_needs_several_saved_runs(tmp_path: Path) -> None:
     (line,) = _body(report.table(tmp_path))
     assert "2500 rps (over 2 runs: 2000-2500 rps)" in line
     assert "[2026-11-30](" in line and line.endswith("2026-11-30T110000Z.json) |")  # the newest run
+    _save(tmp_path, "loadgen", "2026-11-30T12:00:00Z", "python benchmarks/loadgen.py",
+          [{**row, "figure": "2500 rps", "value": 2500}])
+    (line,) = _body(report.table(tmp_path))
+    assert "2500 rps (over 3 runs: 2000-2500 rps)" in line
+
+
+def test_runs_that_agree_say_so(tmp_path: Path) -> None:
+    row = {"what": "ceiling", "figure": "3000", "key": "ceiling", "value": 3000, "unit": " rps"}
+    for hour in ("10", "11"):
+        _save(tmp_path, "loadgen", f"2026-11-30T{hour}:00:00Z", "python benchmarks/loadgen.py", [row])
+    assert "3000 (over 2 runs: 3000 rps in each)" in report.table(tmp_path)
 
 
 def test_each_mode_of_a_benchmark_keeps_its_newest_rows(tmp_path: Path) -> None:
