@@ -24,7 +24,7 @@ import yaml
 
 from autobatch.errors import ConfigError
 
-__all__ = ["MISSING", "URL_RULE", "Section", "http_url", "load_yaml", "read_text"]
+__all__ = ["MISSING", "URL_RULE", "Section", "http_url", "load_yaml", "parse_yaml", "read_text"]
 
 
 URL_RULE = "must be an http:// or https:// URL, or HOST:PORT (e.g. 127.0.0.1:8000)"
@@ -71,17 +71,52 @@ def read_text(path: str | Path, *, what: str = "a file", error: type[ConfigError
         raise error(f"{p}: cannot read: {exc}", source=str(p)) from exc
 
 
-def load_yaml(path: str | Path, *, error: type[ConfigError] = ConfigError) -> Any:
-    """Read and parse one YAML file; any failure is a one-line ``ConfigError``."""
-    p = Path(path)
-    text = read_text(p, what="a YAML file", error=error)
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping.
+
+    PyYAML keeps the last of two equal keys without a word, so a config with
+    ``min_dwell_s`` twice would silently run on the second. Merge keys (``<<``)
+    still override, as YAML means them to.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: the base class says so
+                break
+            if first is not None:
+                raise yaml.constructor.ConstructorError(
+                    None, None,
+                    f"duplicate key {_short(key)} (first at line {first.start_mark.line + 1})",
+                    key_node.start_mark,
+                )
+            seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)
+
+
+def parse_yaml(text: str, source: str, *, error: type[ConfigError] = ConfigError) -> Any:
+    """Parse YAML text (duplicate keys refused); any failure is a one-line ``ConfigError``."""
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise error(f"{p}: not valid YAML{where}: {problem}", source=str(p)) from exc
+        raise error(f"{source}: not valid YAML{where}: {problem}", source=source) from exc
+    except (ValueError, OverflowError, RecursionError) as exc:
+        # Odd scalars (a timestamp out of range) and absurd nesting fail outside YAMLError.
+        raise error(f"{source}: not valid YAML: {_short(str(exc), 120)}", source=source) from exc
+
+
+def load_yaml(path: str | Path, *, error: type[ConfigError] = ConfigError) -> Any:
+    """Read and parse one YAML file; any failure is a one-line ``ConfigError``."""
+    p = Path(path)
+    return parse_yaml(read_text(p, what="a YAML file", error=error), str(p), error=error)
 
 
 class Section:

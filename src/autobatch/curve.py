@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from autobatch.config import Section, load_yaml
+from autobatch.config import Section, load_yaml, read_text
 from autobatch.errors import ConfigError
 
 __all__ = ["BatchCurve", "Estimate", "PointKind", "load_curve"]
@@ -179,10 +179,7 @@ def load_curve(path: str | Path) -> BatchCurve:
 
 
 def _load_csv(p: Path) -> BatchCurve:
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read: {exc}", source=str(p)) from exc
+    text = read_text(p, what="a CSV file")
     rows = list(csv.reader(io.StringIO(text)))
     rows = [r for r in rows if r and not r[0].lstrip().startswith("#")]
     if rows and not _is_number(rows[0][0]):
