@@ -102,13 +102,18 @@ class ScrapeError(SignalError):
 
     ``reason`` is the machine reason a stale window records for it (a value of
     ``autobatch.signals.StaleReason``: ``unreachable``, ``malformed``,
-    ``missing_series``); ``url`` is the endpoint, when there is one.
+    ``missing_series``, ``too_large``); ``url`` is the endpoint, when there is one.
+    ``timed_out`` is True when the endpoint did not answer in time (a hung peer,
+    as against one that refused): the controller's liveness counts those.
     """
 
-    def __init__(self, message: str, *, reason: str = "unreachable", url: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, reason: str = "unreachable", url: str | None = None, timed_out: bool = False
+    ) -> None:
         super().__init__(message)
         self.reason = reason
         self.url = url
+        self.timed_out = timed_out
 
 
 class ActuationError(AutobatchError):

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from autobatch.errors import ConfigError
+from autobatch.signals.http import DEFAULT_MAX_BYTES
 from autobatch.signals.loop import SignalSource
 from autobatch.signals.prometheus import PrometheusSource
 from autobatch.signals.triton import TritonSource, normalize_url
@@ -68,6 +69,9 @@ class SignalSettings:
     """Per-scrape timeout."""
     max_age_s: float | None = None
     """A window whose data ended longer ago than this is stale (None: no limit)."""
+    max_bytes: int = DEFAULT_MAX_BYTES
+    """The most one scrape may send (``max_scrape_bytes``); past it the window is stale
+    (``too_large``), so a broken or hostile endpoint cannot fill the sidecar's memory."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,7 @@ def _raw_source(settings: SignalSettings, target: ReadTarget, clock: Callable[[]
             clock=clock,
             timeout_s=settings.timeout_s,
             max_age_s=settings.max_age_s,
+            max_bytes=settings.max_bytes,
         )
     return TritonSource(
         target.http_url,
@@ -125,6 +130,7 @@ def _raw_source(settings: SignalSettings, target: ReadTarget, clock: Callable[[]
         clock=clock,
         timeout_s=settings.timeout_s,
         max_age_s=settings.max_age_s,
+        max_bytes=settings.max_bytes,
     )
 
 

@@ -33,6 +33,7 @@ How the fleet window differs from the direct one:
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -42,6 +43,7 @@ from typing import Any
 import httpx
 
 from autobatch.errors import ConfigError, ScrapeError
+from autobatch.signals.http import DEFAULT_MAX_BYTES, get_bounded
 from autobatch.signals.triton import DEFAULT_TIMEOUT_S, normalize_url
 from autobatch.signals.window import StaleReason, Window
 
@@ -293,6 +295,7 @@ class PrometheusSource:
             (``too_old``); None turns the check off.
         instances_per_replica: the model's execution instances on each replica, for
             ``busy_share`` (None: the share is left unknown).
+        max_bytes: the most one query's answer may send (``too_large`` past it).
     """
 
     def __init__(
@@ -308,6 +311,7 @@ class PrometheusSource:
         timeout_s: float = DEFAULT_TIMEOUT_S * 2,
         max_age_s: float | None = None,
         instances_per_replica: int | None = None,
+        max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         self.url = normalize_url(url, "prometheus_url")
         self.instances_per_replica = instances_per_replica
@@ -319,6 +323,7 @@ class PrometheusSource:
         self.clock = clock
         self.timeout_s = float(timeout_s)
         self.max_age_s = max_age_s
+        self.max_bytes = int(max_bytes)
         self._client = client
         self._owns_client = client is None
 
@@ -330,25 +335,17 @@ class PrometheusSource:
     async def query(self, promql: str, at_s: float) -> list[Mapping[str, Any]]:
         """One instant query; the ``data.result`` list. Raises ScrapeError or ConfigError."""
         endpoint = f"{self.url}/api/v1/query"
-        try:
-            r = await self._http().get(
-                endpoint, params={"query": promql, "time": f"{at_s:.3f}"}, timeout=self.timeout_s
-            )
-        except httpx.TimeoutException as exc:
-            raise ScrapeError(f"Prometheus at {self.url} did not answer within "
-                              f"{self.timeout_s:g} s", url=endpoint) from exc
-        except httpx.HTTPError as exc:
-            raise ScrapeError(f"cannot reach Prometheus at {self.url}: {exc or type(exc).__name__}",
-                              url=endpoint) from exc
-        try:
-            body = r.json()
-        except ValueError:
-            body = None
+        r = await get_bounded(
+            self._http(), endpoint, params={"query": promql, "time": f"{at_s:.3f}"},
+            timeout_s=self.timeout_s, max_bytes=self.max_bytes, what="Prometheus",
+        )
+        # Off the event loop: a large answer takes a while to decode.
+        body = await asyncio.to_thread(_json_or_none, r.content)
         if not isinstance(body, Mapping):
             raise ScrapeError(
-                f"Prometheus at {self.url} answered HTTP {r.status_code} without a JSON body "
+                f"Prometheus at {self.url} answered HTTP {r.status} without a JSON body "
                 "(is this the Prometheus base URL?)",
-                reason="malformed" if r.status_code == 200 else "unreachable",
+                reason="malformed" if r.status == 200 else "unreachable",
                 url=endpoint,
             )
         if body.get("status") != "success":
@@ -391,3 +388,10 @@ class PrometheusSource:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _json_or_none(content: bytes) -> Any:
+    try:
+        return json.loads(content)
+    except (ValueError, RecursionError):
+        return None

@@ -27,6 +27,7 @@ old count.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -37,6 +38,7 @@ import httpx
 
 from autobatch.config import URL_RULE, http_url
 from autobatch.errors import ConfigError, ScrapeError
+from autobatch.signals.http import DEFAULT_MAX_BYTES, Body, get_bounded
 from autobatch.signals.parse import (
     COUNTERS,
     MetricsSample,
@@ -273,20 +275,16 @@ def _default_metrics_url(http_url: str) -> str:
     return str(httpx.URL(http_url).copy_with(port=8002, path="/metrics"))
 
 
-async def fetch(client: httpx.AsyncClient, url: str, timeout_s: float, what: str) -> httpx.Response:
-    """GET ``url``; every failure to get a 200 becomes a :class:`ScrapeError` naming it."""
-    try:
-        r = await client.get(url, timeout=timeout_s)
-    except httpx.TimeoutException as exc:
-        raise ScrapeError(f"{what} at {url} did not answer within {timeout_s:g} s", url=url) from exc
-    except httpx.HTTPError as exc:
-        raise ScrapeError(f"cannot reach {what} at {url}: {exc or type(exc).__name__}",
-                          url=url) from exc
-    if r.status_code != 200:
-        text = r.text.strip().replace("\n", " ")[:200]
-        reason = "missing_series" if r.status_code in (400, 404) and "model" in text else "unreachable"
-        raise ScrapeError(f"{what} at {url} answered HTTP {r.status_code}: {text}",
-                          reason=reason, url=url)
+async def fetch(
+    client: httpx.AsyncClient, url: str, timeout_s: float, what: str, *, max_bytes: int = DEFAULT_MAX_BYTES
+) -> Body:
+    """GET ``url`` within ``timeout_s`` and ``max_bytes`` (:func:`get_bounded`); every
+    failure to get a 200 becomes a :class:`ScrapeError` naming it."""
+    r = await get_bounded(client, url, timeout_s=timeout_s, max_bytes=max_bytes, what=what)
+    if r.status != 200:
+        text = r.excerpt()
+        reason = "missing_series" if r.status in (400, 404) and "model" in text else "unreachable"
+        raise ScrapeError(f"{what} at {url} answered HTTP {r.status}: {text}", reason=reason, url=url)
     return r
 
 
@@ -312,6 +310,7 @@ class TritonSource:
         timeout_s: per-request timeout.
         max_age_s: a window whose newest data is older than this when built is
             stale (``too_old``); None turns the check off.
+        max_bytes: the most a single response may send (``too_large`` past it).
     """
 
     def __init__(
@@ -327,6 +326,7 @@ class TritonSource:
         clock: Callable[[], float] = time.time,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         max_age_s: float | None = None,
+        max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         if not isinstance(model, str) or not model:
             raise ConfigError(f"model = {model!r}: must be a model name", field="model", value=model)
@@ -350,6 +350,7 @@ class TritonSource:
         self.clock = clock
         self.timeout_s = float(timeout_s)
         self.max_age_s = max_age_s
+        self.max_bytes = int(max_bytes)
         self._client = client
         self._owns_client = client is None
         self._previous: TritonSample | None = None
@@ -367,35 +368,47 @@ class TritonSource:
         return self._client
 
     async def sample(self) -> TritonSample:
-        """Read every endpoint once, concurrently. Raises :class:`ScrapeError`."""
+        """Read every endpoint once, concurrently. Raises :class:`ScrapeError`.
+
+        The bodies are parsed in a worker thread: a large ``/metrics`` takes a
+        while, and the event loop (``/healthz``) must not wait for it.
+        """
         client = self._http()
         t0 = self.clock()
-        jobs: list[Any] = [fetch(client, self.metrics_url, self.timeout_s, "Triton metrics")]
+        jobs: list[Any] = [self._fetch(client, self.metrics_url, "Triton metrics")]
         if self.batch_stats:
-            jobs.append(fetch(client, self.stats_url, self.timeout_s, "Triton model statistics"))
+            jobs.append(self._fetch(client, self.stats_url, "Triton model statistics"))
             jobs.append(self._instance_count(client))
         if self.utilization_url:
-            jobs.append(fetch(client, self.utilization_url, self.timeout_s, "dcgm-exporter"))
+            jobs.append(self._fetch(client, self.utilization_url, "dcgm-exporter"))
         responses = await asyncio.gather(*jobs)
         t1 = self.clock()
+        metrics, stats, utilization = await asyncio.to_thread(self._parse, responses)
+        instances = responses[2] if self.batch_stats else None
+        return TritonSample(taken_s=(t0 + t1) / 2, metrics=metrics, stats=stats,
+                            utilization=utilization, instance_count=instances)
+
+    async def _fetch(self, client: httpx.AsyncClient, url: str, what: str) -> Body:
+        return await fetch(client, url, self.timeout_s, what, max_bytes=self.max_bytes)
+
+    def _parse(self, responses: list[Any]) -> tuple[MetricsSample, StatsSample | None, float | None]:
         metrics = parse_metrics(
-            _text(responses[0]), self.model, version=self.version, source=self.metrics_url
+            responses[0].text("Triton metrics"), self.model, version=self.version, source=self.metrics_url
         )
         stats = None
-        instances = None
         if self.batch_stats:
-            instances = responses[2]
             try:
-                data = responses[1].json()
-            except ValueError as exc:
+                data = json.loads(responses[1].content)
+            except (ValueError, RecursionError) as exc:
                 raise ScrapeError(f"{self.stats_url}: the body is not JSON", reason="malformed",
                                   url=self.stats_url) from exc
             stats = parse_stats(data, self.model, version=self.version, source=self.stats_url)
         utilization = metrics.utilization
         if self.utilization_url:
-            utilization = parse_utilization(_text(responses[-1]), source=self.utilization_url)
-        return TritonSample(taken_s=(t0 + t1) / 2, metrics=metrics, stats=stats,
-                            utilization=utilization, instance_count=instances)
+            utilization = parse_utilization(
+                responses[-1].text("dcgm-exporter"), source=self.utilization_url
+            )
+        return metrics, stats, utilization
 
     @property
     def config_url(self) -> str:
@@ -409,9 +422,9 @@ class TritonSource:
         change is applied in place and resets no counter, so nothing else would show it.
         A config that cannot be read leaves the busy share unknown; the window stays good."""
         try:
-            r = await fetch(client, self.config_url, self.timeout_s, "Triton model config")
-            return parse_instance_count(r.json())
-        except (ScrapeError, ValueError):
+            r = await self._fetch(client, self.config_url, "Triton model config")
+            return parse_instance_count(json.loads(r.content))
+        except (ScrapeError, ValueError, RecursionError):
             return None
 
     async def poll(self) -> Window | None:
@@ -441,12 +454,3 @@ class TritonSource:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-
-def _text(response: httpx.Response) -> str:
-    try:
-        return response.text
-    except (UnicodeDecodeError, LookupError) as exc:
-        raise ScrapeError(f"{response.request.url}: the body is not text", reason="malformed",
-                          url=str(response.request.url)) from exc
-

@@ -163,7 +163,8 @@ class VariantsSource:
         for name, result in zip(names, results):
             if isinstance(result, ScrapeError):
                 raise ScrapeError(
-                    f"variant {name}: {result}", reason=result.reason, url=result.url
+                    f"variant {name}: {result}", reason=result.reason, url=result.url,
+                    timed_out=result.timed_out,
                 ) from result
             if isinstance(result, BaseException):
                 raise result

@@ -60,6 +60,8 @@ class StaleReason(str, Enum):
     """An endpoint refused the connection, timed out or answered with an HTTP error."""
     MALFORMED = "malformed"
     """An endpoint answered with text that is not valid exposition format or JSON."""
+    TOO_LARGE = "too_large"
+    """An endpoint sent more than ``signals.max_scrape_bytes``: it is broken or hostile."""
 
 
 @dataclass(frozen=True)
