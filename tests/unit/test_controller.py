@@ -134,6 +134,7 @@ async def test_switch_is_applied_counted_and_logged(tmp_path):
     act = FakeActuator(live="latency-soft")
     c = Controller(cfg, ScriptedSource(clock, [{}, SATURATED]), act, clock=clock)
     await c.start()
+    clock.t += cfg.policy.settle_s  # the start counts as a switch: windows settle after it
     decisions = await ticks(c, clock, 2)
     assert [d.reason for d in decisions] == [Reason.STEADY, Reason.SATURATION]
     assert act.applied == ["aggressive"] and c.state.active == "aggressive"
@@ -154,6 +155,7 @@ async def test_refused_profile_keeps_the_old_one_and_counts(tmp_path):
     c = Controller(make_config(tmp_path, min_dwell_s=30), ScriptedSource(clock, [SATURATED] * 4),
                    act, clock=clock)
     await c.start()
+    clock.t += 30  # past the dwell the start begins
     decisions = await ticks(c, clock, 4)
     assert act.applied == ["aggressive"]  # tried once, then the dwell holds it back
     assert c.state.active == "latency-soft" and c.status.active == "latency-soft"

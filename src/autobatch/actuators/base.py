@@ -40,9 +40,9 @@ nothing sent), ``reapplied`` (``reconcile`` found drift and put the profile
 back), ``dry_run`` (nothing changed on purpose). Failures: ``invalid`` (refused
 by the local checks against the live config; nothing sent), ``rejected`` (the
 server refused the load), ``verify_failed`` (accepted, but the config read back
-differs), ``timeout`` (the load outlived its timeout), ``unreachable`` (no
-answer), ``unavailable`` (an answer, but the model is not loaded), and
-``write_failed`` (file mode could not write config.pbtxt; nothing sent).
+differs), ``timeout`` (a load or a config read outlived its timeout: the
+server hangs), ``unreachable`` (no answer), ``unavailable`` (an answer, but
+the model is not loaded), and ``write_failed`` (file mode could not write config.pbtxt; nothing sent).
 """
 
 

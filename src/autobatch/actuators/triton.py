@@ -126,6 +126,12 @@ class _LoadTimeout(ReloadFailure):
     reason = "timeout"
 
 
+class _ReadTimeout(ReloadFailure):
+    """A config read that got no answer in time: Triton accepts connections and hangs."""
+
+    reason = "timeout"
+
+
 class _VerifyFailed(ReloadFailure):
     reason = "verify_failed"
 
@@ -586,8 +592,14 @@ class TritonReloadActuator:
 
     # -- the boundary: httpx in, ReloadFailure out ----------------------------------------
     async def _read_config(self, *, timeout_s: float | None = None) -> dict[str, Any]:
+        timeout_s = timeout_s or self.request_timeout_s
         try:
-            r = await self._client.get(self._config_url, timeout=timeout_s or self.request_timeout_s)
+            r = await self._client.get(self._config_url, timeout=timeout_s)
+        except (httpx.ConnectTimeout, httpx.ReadTimeout, httpx.WriteTimeout) as exc:
+            raise _ReadTimeout(
+                f"Triton at {self.http_url} did not answer a config read within {timeout_s:g} s "
+                "(it accepts connections but hangs)"
+            ) from exc
         except httpx.HTTPError as exc:
             raise _Unreachable(
                 f"Triton at {self.http_url} did not answer ({type(exc).__name__}: {exc}); is it running?"

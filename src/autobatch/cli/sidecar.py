@@ -44,10 +44,12 @@ def run(
             loop.add_signal_handler(sig, stop.set)
 
         def started(sidecar: Any) -> None:
+            # logrotate's postrotate sends SIGHUP: start a new decision log file.
+            loop.add_signal_handler(signal.SIGHUP, sidecar.controller.reopen_log)
             mode = "dry run" if dry_run else cfg.actuator.kind
             err.print(
                 f"autobatch sidecar for {cfg.model} ({mode}) on {sidecar.url}: "
-                f"/metrics /healthz /status POST /profile"
+                f"/metrics /healthz /readyz /status POST /profile"
             )
 
         await run_sidecar(cfg, stop=stop, ready=started, dry_run=dry_run)

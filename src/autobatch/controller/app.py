@@ -17,7 +17,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from autobatch.actuators.base import Actuator
-from autobatch.controller.config import SidecarConfig, read_token
+from autobatch.controller.config import SidecarConfig
+from autobatch.controller.exposure import EXPOSURE_KINDS, exposure_warnings, read_token
 from autobatch.controller.http import ControlServer
 from autobatch.controller.loop import Controller, WindowSource, run_controller
 from autobatch.errors import ConfigError
@@ -127,6 +128,7 @@ async def run_sidecar(
 
     clock = clock or time.time
     token = read_token(config.server.token_file)
+    warnings = exposure_warnings(config.server)
     controller = Controller(
         config,
         source or build_source(config, clock),
@@ -134,13 +136,19 @@ async def run_sidecar(
         clock=clock,
         registry=registry,
     )
-    server = ControlServer(controller, config.server.host, config.server.port, token)
+    for _, sentence in warnings:
+        log.warning("exposure: %s", sentence)
+    controller.metrics.set_exposure(EXPOSURE_KINDS, [kind for kind, _ in warnings])
+    server = ControlServer(
+        controller, config.server.host, config.server.port, token,
+        protect_reads=config.server.protect_reads, request_timeout_s=config.server.request_timeout_s,
+    )
     try:
         await server.start()
     except OSError as exc:
         await controller.aclose()
         raise ConfigError(
-            f"{config.source}: server.listen = '{config.server.host}:{config.server.port}': "
+            f"{config.source}: server.listen = '{config.server.address}': "
             f"cannot listen there ({exc.strerror or exc})"
         ) from exc
     loop_ready = asyncio.Event()
@@ -161,4 +169,4 @@ async def run_sidecar(
             loop_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await loop_task
-        await server.stop()
+        await server.stop()  # never raises

@@ -17,25 +17,71 @@ what is allowed (``ConfigError``, exit code 2), before anything starts::
     signals: {source: triton}                      # or prometheus, see below
     actuator: {kind: triton}                       # triton | dry-run | gateway
     server: {listen: 127.0.0.1:9400, token_file: token}
-    decision_log: decisions.jsonl
+    decision_log: decisions.jsonl                  # the state file goes beside it
+
+Every number has a range (:data:`RANGES`, stated in docs/sidecar.md): a value
+outside it is a typo or a unit mix-up (``interval_s: 2000`` meant ms), and an
+unbounded one can overflow (``history_windows: 1e20``) or stall the loop
+(``interval_s: 1e308`` never ticks).
 """
 
 from __future__ import annotations
 
+import ipaddress
+import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from autobatch.actuators.gateway.settings import GatewaySettings, parse_gateway_options
-from autobatch.config import Section, load_yaml
+from autobatch.config import MISSING, Section, load_yaml
 from autobatch.curve import BatchCurve, load_curve
-from autobatch.errors import ConfigError
 from autobatch.policy import PolicySettings
 from autobatch.profiles import Profile, load_profiles
 from autobatch.signals.factory import SOURCES, UTILIZATION, ReadTarget, SignalSettings
+from autobatch.signals.http import DEFAULT_MAX_BYTES
 
-__all__ = ["SidecarConfig", "load_sidecar_config", "sidecar_config_from_mapping"]
+__all__ = ["RANGES", "READ_TIMEOUT_S", "SidecarConfig", "load_sidecar_config", "sidecar_config_from_mapping"]
+
+_DAY_S = 86_400.0
+
+RANGES: dict[str, tuple[float, float]] = {
+    # field: (lowest, highest) allowed; a time in seconds unless its name says otherwise.
+    "slo.p95_ms": (0.0, 3_600_000.0),
+    "slo.p99_ms": (0.0, 3_600_000.0),
+    "policy.interval_s": (0.05, 3_600.0),
+    "policy.history_windows": (1, 100_000),
+    "policy.confirmations": (1, 1_000),
+    "policy.headroom": (0.0, 1.0),
+    "policy.util_ceiling": (0.0, 1.0),
+    "policy.min_dwell_s": (0.0, _DAY_S),
+    "policy.settle_s": (0.0, _DAY_S),
+    "policy.p95_settle_s": (0.0, _DAY_S),
+    "policy.stabilization_s": (0.0, _DAY_S),
+    "policy.max_window_age_s": (0.0, _DAY_S),
+    "policy.near_delay_ratio": (0.0, 1_000.0),
+    "policy.saturation_delay_ratio": (0.0, 1_000.0),
+    "policy.saturation_min_queue_ms": (0.0, 3_600_000.0),
+    "policy.capacity_margin": (0.0, 1_000.0),
+    "policy.min_gain": (0.0, 1_000.0),
+    "policy.failure_rps_threshold": (0.0, 1e9),
+    "signals.range_s": (0.0, _DAY_S),
+    "signals.timeout_s": (0.0, 300.0),
+    "signals.max_scrape_bytes": (1_024, 1 << 30),
+    "actuator.timeout_s": (0.0, 3_600.0),
+    "server.request_timeout_s": (0.0, 300.0),
+}
+"""Every number of the sidecar config and its range (inclusive, except a lower bound
+of 0 for a time or an SLO, which must be above it)."""
+
+_EXCLUSIVE_ZERO = {"slo.p95_ms", "slo.p99_ms", "policy.max_window_age_s", "signals.range_s",
+                   "signals.timeout_s", "actuator.timeout_s", "server.request_timeout_s"}
+
+READ_TIMEOUT_S = 5.0
+"""The reload actuator's timeout for one config read: a read is milliseconds; this
+only gives up on a server that accepts connections and then hangs."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +106,7 @@ class ActuatorSettings:
     repository: Path | None = None
     """Model repository for ``mode: file``."""
     timeout_s: float = 120.0
-    """How long one load may take before it counts as failed."""
+    """How long one load may take before it counts as failed (reload actuator)."""
     options: Mapping[str, Any] = field(default_factory=dict)
     """Kind-specific settings as written (the gateway's backend, servers, socket, steps, ...)."""
     gateway: GatewaySettings | None = None
@@ -90,9 +136,21 @@ class ReplicaSettings:
 @dataclass(frozen=True)
 class ServerSettings:
     host: str = "127.0.0.1"
+    """An IPv4 or IPv6 address (written ``[::1]:9400`` in ``listen``) or a host name."""
     port: int = 9400
     token_file: Path | None = None
     """File holding the bearer token for ``POST /profile``; without it pinning is refused."""
+    protect_reads: bool = False
+    """Also require the token for ``/status`` and ``/metrics`` (the probes ``/healthz``
+    and ``/readyz`` never need it). Off by default: fine on loopback or a pod IP."""
+    request_timeout_s: float = 10.0
+    """How long a client may take to send one request (headers and body); a
+    half-sent request is dropped after this."""
+
+    @property
+    def address(self) -> str:
+        """``host:port``, with an IPv6 host in brackets."""
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
 
 @dataclass(frozen=True)
@@ -109,6 +167,8 @@ class SidecarConfig:
     actuator: ActuatorSettings
     server: ServerSettings
     decision_log: Path | None
+    state_file: Path | None = None
+    """The pin and the last switch, kept across restarts (beside the decision log)."""
 
     def read_target(self) -> ReadTarget:
         """The model the signals read: this sidecar's, on its Triton."""
@@ -119,6 +179,38 @@ class SidecarConfig:
             if p.name == name:
                 return p
         raise KeyError(name)
+
+    @property
+    def actuation_s(self) -> float:
+        """How long one actuator call takes at most when nothing it waits on hangs:
+        a load and its config reads (reload), or every weight step (gateway)."""
+        a = self.actuator
+        if a.gateway is not None:
+            g = a.gateway
+            return len(g.steps) * (g.step_dwell_s + 3 * g.request_timeout_s) + 2 * g.request_timeout_s
+        if a.kind == "triton":
+            # reconcile's read, then apply's read, load and read-back
+            return a.timeout_s + 3 * READ_TIMEOUT_S
+        return 0.0
+
+    @property
+    def actuation_limit_s(self) -> float:
+        """The hard limit on one actuator call, rollback included: the reload actuator's
+        worst case is a load that times out (T), a read that waits for the stray load (T)
+        and a rollback load queued behind it (2 T), plus four config reads. The
+        controller cancels a call that outlives it (an actuator bug, not a slow server)."""
+        a = self.actuator
+        if a.gateway is not None:
+            return 2 * self.actuation_s + 10.0
+        if a.kind == "triton":
+            return 4 * a.timeout_s + 4 * READ_TIMEOUT_S + 10.0
+        return 10.0
+
+    @property
+    def liveness_bound_s(self) -> float:
+        """``/healthz`` is 503 when no tick has completed for longer than this: one
+        interval, one scrape (``signals.timeout_s``) and one actuation (:attr:`actuation_s`)."""
+        return self.interval_s + self.signals.timeout_s + self.actuation_s
 
 
 def _path(base: Path, value: str | None) -> Path | None:
@@ -150,7 +242,7 @@ def sidecar_config_from_mapping(data: Any, source: str, base: Path) -> SidecarCo
         raise top.fail("signals.source", signals.source,
                        "must be prometheus with actuator.replicas: the decision reads the whole fleet")
     server = _parse_server(top.section("server", {}), base)
-    log = _parse_decision_log(top, base)
+    log, state = _parse_decision_log(top, base)
     top.done()
     return SidecarConfig(
         source=source,
@@ -165,7 +257,17 @@ def sidecar_config_from_mapping(data: Any, source: str, base: Path) -> SidecarCo
         actuator=actuator,
         server=server,
         decision_log=log,
+        state_file=state,
     )
+
+
+def _bounded(sec: Section, key: str, default: Any) -> Any:
+    """A number of the config, checked against its :data:`RANGES` entry."""
+    lo, hi = RANGES[sec.field_path(key)]
+    if isinstance(lo, int) and isinstance(hi, int):
+        return sec.int(key, default, min=lo, max=hi)
+    exclusive = sec.field_path(key) in _EXCLUSIVE_ZERO and lo == 0.0
+    return sec.float(key, default, min=lo, max=hi, min_exclusive=exclusive)
 
 
 # -- one parser per settings group ------------------------------------------------------
@@ -234,8 +336,8 @@ def _parse_profiles(sec: Section, base: Path, model: str) -> _Ladder:
 
 def _parse_slo(sec: Section) -> _Slo:
     slo = _Slo(
-        p95_ms=sec.float("p95_ms", min=0.0, min_exclusive=True),
-        p99_ms=sec.float("p99_ms", None, min=0.0, min_exclusive=True),
+        p95_ms=_bounded(sec, "p95_ms", MISSING),
+        p99_ms=_bounded(sec, "p99_ms", None),
     )
     sec.done()
     return slo
@@ -250,19 +352,23 @@ _POLICY_FLOATS = (
 
 def _parse_policy(sec: Section, base: Path, profiles: _Ladder, slo: _Slo) -> tuple[PolicySettings, _Loop]:
     loop = _Loop(
-        interval_s=sec.float("interval_s", 2.0, min=0.05),
-        history_windows=sec.int("history_windows", 30, min=1),
+        interval_s=_bounded(sec, "interval_s", 2.0),
+        history_windows=_bounded(sec, "history_windows", 30),
     )
     curve: BatchCurve | None = None
     curve_path = _path(base, sec.str("curve", None))
     if curve_path is not None:
         curve = load_curve(curve_path)
     defaults = PolicySettings.__dataclass_fields__
-    kwargs: dict[str, Any] = {key: sec.float(key, defaults[key].default, min=0.0) for key in _POLICY_FLOATS}
-    for key in ("headroom", "util_ceiling"):
-        if kwargs[key] > 1.0:
-            raise sec.fail(key, kwargs[key], "must be a fraction in [0, 1]")
-    kwargs["confirmations"] = sec.int("confirmations", defaults["confirmations"].default, min=1)
+    kwargs: dict[str, Any] = {}
+    for key in _POLICY_FLOATS:
+        if key in ("headroom", "util_ceiling"):
+            kwargs[key] = sec.float(key, defaults[key].default, min=0.0)
+            if kwargs[key] > 1.0:
+                raise sec.fail(key, kwargs[key], "must be a fraction in [0, 1]")
+        else:
+            kwargs[key] = _bounded(sec, key, defaults[key].default)
+    kwargs["confirmations"] = _bounded(sec, "confirmations", defaults["confirmations"].default)
     reasons = sec.raw("failure_reasons", list(defaults["failure_reasons"].default))
     if not isinstance(reasons, list) or not all(isinstance(r, str) for r in reasons):
         raise sec.fail("failure_reasons", reasons, "must be a list of Triton failure reasons")
@@ -280,7 +386,7 @@ def _parse_signals(sec: Section, loop: _Loop, policy: PolicySettings) -> SignalS
         isinstance(k, str) and isinstance(v, str) for k, v in selector.items()
     ):
         raise sec.fail("selector", selector, "must map label names to string values")
-    range_s = sec.float("range_s", None, min=0.0, min_exclusive=True)
+    range_s = _bounded(sec, "range_s", None)
     signals = SignalSettings(
         source=sec.str("source", "triton", choices=SOURCES),
         prometheus_url=sec.url("prometheus_url", None),
@@ -289,8 +395,9 @@ def _parse_signals(sec: Section, loop: _Loop, policy: PolicySettings) -> SignalS
         range_s=range_s or max(2.0 * loop.interval_s, 4.0),
         utilization=sec.str("utilization", "auto", choices=UTILIZATION),
         dcgm_url=sec.url("dcgm_url", None),
-        timeout_s=sec.float("timeout_s", 2.0, min=0.0, min_exclusive=True),
+        timeout_s=_bounded(sec, "timeout_s", 2.0),
         max_age_s=policy.max_window_age_s,
+        max_bytes=_bounded(sec, "max_scrape_bytes", DEFAULT_MAX_BYTES),
     )
     if signals.source == "prometheus" and not signals.prometheus_url:
         raise sec.fail("prometheus_url", None, "is required when source is prometheus")
@@ -314,7 +421,7 @@ def _parse_actuator(
         raise sec.fail("repository", None, "is required when mode is file")
     if repo is not None and not (repo / model / "config.pbtxt").is_file():
         raise sec.fail("repository", str(repo), f"has no {model}/config.pbtxt")
-    timeout = sec.float("timeout_s", 120.0, min=0.0, min_exclusive=True)
+    timeout = _bounded(sec, "timeout_s", 120.0)
     replicas = None
     if sec.has("replicas"):
         if kind != "triton":
@@ -386,30 +493,77 @@ def _parse_replicas(act: Section, load_api: str, timeout_s: float) -> ReplicaSet
     return settings
 
 
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?"
+_HOST_NAME = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")
+
+
+def parse_listen(value: str) -> tuple[str, int] | None:
+    """``HOST:PORT`` or ``[IPV6]:PORT`` as (host, port); None if it is neither."""
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not port_text.isascii() or not port_text.isdigit() or int(port_text) > 65535:
+        return None
+    if host.startswith("[") and host.endswith("]"):
+        try:
+            return str(ipaddress.IPv6Address(host[1:-1])), int(port_text)
+        except ValueError:
+            return None
+    if ":" in host:  # a bare IPv6 address: its last group and the port cannot be told apart
+        return None
+    try:
+        return str(ipaddress.IPv4Address(host)), int(port_text)
+    except ValueError:
+        pass
+    if len(host) > 253 or not _HOST_NAME.match(host):
+        return None
+    return host, int(port_text)
+
+
 def _parse_server(sec: Section, base: Path) -> ServerSettings:
     listen = sec.str("listen", "127.0.0.1:9400")
-    host, _, port_text = listen.rpartition(":")
-    if not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise sec.fail("listen", listen, "must be HOST:PORT, e.g. 127.0.0.1:9400")
+    parsed = parse_listen(listen)
+    if parsed is None:
+        raise sec.fail("listen", listen, "must be HOST:PORT or [IPV6]:PORT, e.g. 127.0.0.1:9400, [::1]:9400")
+    host, port = parsed
     token_file = _path(base, sec.str("token_file", None))
     if token_file is not None and not token_file.is_file():
         raise sec.fail("token_file", str(token_file), "file not found")
+    protect = sec.bool("protect_reads", False)
+    if protect and token_file is None:
+        raise sec.fail("protect_reads", True, "needs server.token_file (the token the reads must send)")
+    timeout = _bounded(sec, "request_timeout_s", 10.0)
     sec.done()
-    return ServerSettings(host=host, port=int(port_text), token_file=token_file)
+    return ServerSettings(
+        host=host, port=port, token_file=token_file, protect_reads=protect, request_timeout_s=timeout
+    )
 
 
-def _parse_decision_log(top: Section, base: Path) -> Path | None:
-    return _path(base, top.str("decision_log", None))
+def _parse_decision_log(top: Section, base: Path) -> tuple[Path | None, Path | None]:
+    """The decision log and the state file beside it, checked before anything starts:
+    the loop would otherwise find out at its first write, with a traceback."""
+    log = _path(base, top.str("decision_log", None))
+    state = _path(base, top.str("state_file", None))
+    if state is None and log is not None:
+        state = log.with_name(log.name + ".state.json")
+    for key, path in (("decision_log", log), ("state_file", state)):
+        if path is None:
+            continue
+        problem = _unwritable(path)
+        if problem is not None:
+            raise top.fail(key, str(path), problem)
+    return log, state
 
 
-def read_token(path: Path | None) -> str | None:
-    """The bearer token, stripped; a file that exists but is empty is an error."""
-    if path is None:
-        return None
-    try:
-        token = path.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the token file: {exc}") from exc
-    if not token:
-        raise ConfigError(f"{path}: the token file is empty")
-    return token
+def _unwritable(path: Path) -> str | None:
+    """Why ``path`` cannot be a file appended to or replaced, or None."""
+    if path.is_dir():
+        return "is a directory; give a file path"
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{parent} is a file, not a directory"
+    if path.exists() and not os.access(path, os.W_OK):
+        return "is not writable"
+    if not path.exists() and not os.access(parent, os.W_OK | os.X_OK):
+        return f"cannot be created: {parent} is not writable"
+    return None

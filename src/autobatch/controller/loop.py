@@ -3,17 +3,22 @@
 One tick:
 
 1. **observe**: ``source.poll()`` returns the window since the previous poll
-   (a ``SignalError`` is counted under stage ``signals`` and the policy sees no
-   new window, so it holds);
+   (a ``SignalError`` is counted under stage ``signals``, ``/status`` marks the
+   last window stale and the policy sees no new window, so it holds);
 2. **reconcile**: ask the actuator whether the profile we want is still live
    (a Triton restart drops a config override; the actuator re-applies it);
 3. **decide**: the pure :func:`autobatch.policy.decide`;
 4. **act**: on a switch, ``actuator.apply(profile)``; a failure keeps the old
    profile (the actuator rolled back) and starts a dwell;
-5. **record**: own metrics, ``/status``, one JSON line in the decision log.
+5. **record**: own metrics, ``/status``, one JSON line in the decision log, and
+   the state file when the pin or the profile changed.
 
 Nothing in a tick may end the loop: every failure is counted by stage, logged
-and the next tick comes. ``run_controller(..., stop=, ready=)`` lets tests and
+and the next tick comes. Nothing in a tick may hang it either: every call has
+a timeout (the sources' and the actuator's own, and above them the limits
+this loop puts on each), and a call that runs into one is reported to
+:class:`~autobatch.controller.health.Health`, which is what ``/healthz`` and
+``/readyz`` answer from. ``run_controller(..., stop=, ready=)`` lets tests and
 embedders start and stop the whole thing; ``autobatch run`` wires SIGTERM to
 ``stop``.
 """
@@ -35,6 +40,8 @@ from prometheus_client import CollectorRegistry
 
 from autobatch.actuators.base import ActuationResult, Actuator
 from autobatch.controller.config import SidecarConfig
+from autobatch.controller.files import DecisionLog, FileTimeout, SavedState, StateFile, Writer
+from autobatch.controller.health import Health
 from autobatch.controller.metrics import ControllerMetrics
 from autobatch.errors import AutobatchError, SignalError
 from autobatch.policy import Action, Decision, Reason, State, decide
@@ -43,6 +50,11 @@ from autobatch.signals.window import Window
 __all__ = ["Controller", "WindowSource", "run_controller"]
 
 log = logging.getLogger("autobatch.controller")
+
+FILE_TIMEOUT_S = 2.0
+"""A decision-log line or a state file write that takes longer: the file system hangs."""
+CLOSE_TIMEOUT_S = 5.0
+"""Closing the source or the actuator at shutdown (a gRPC channel to a stopped Triton)."""
 
 
 class WindowSource(Protocol):
@@ -69,6 +81,9 @@ class ControllerStatus:
     ticks: int = 0
     errors: dict[str, int] = field(default_factory=dict)
     last_error: str | None = None
+    last_switch_s: float | None = None
+    restored: dict[str, Any] | None = None
+    """What the state file of the previous run held, if this run started from it."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -84,6 +99,8 @@ class ControllerStatus:
             "last_window": self.last_window,
             "last_decision": self.last_decision,
             "last_actuation": self.last_actuation,
+            "last_switch_s": self.last_switch_s,
+            "restored": self.restored,
         }
 
 
@@ -129,53 +146,90 @@ class Controller:
         self.state: State | None = None
         self.status = ControllerStatus(model=config.model, started_s=clock())
         self.wake = asyncio.Event()
-        self._log_file: Any = None
+        self.health = Health(
+            bound_s=config.liveness_bound_s,
+            tick_limit_s=config.signals.timeout_s + 2 * config.actuation_limit_s + 2 * FILE_TIMEOUT_S,
+            max_age_s=config.policy.max_window_age_s,
+            started_s=clock(),
+        )
+        self.metrics.health(
+            config.liveness_bound_s,
+            live=lambda: self.health.live(self.clock()).ok,
+            ready=lambda: self.health.ready(self.clock()).ok,
+        )
+        self._writer = Writer(FILE_TIMEOUT_S)
+        self._log: DecisionLog | None = None
         if config.decision_log is not None:
-            config.decision_log.parent.mkdir(parents=True, exist_ok=True)
-            self._log_file = open(config.decision_log, "a", encoding="utf-8")  # noqa: SIM115
+            self._log = DecisionLog(config.decision_log)
+            self._log.open()  # a path that cannot be written is a ConfigError, before anything starts
+        self._state_file = StateFile(config.state_file) if config.state_file is not None else None
+        self._saved: tuple[str | None, str | None, float | None] | None = None
 
     # -- start-up ------------------------------------------------------------------------
     async def start(self) -> None:
-        """Find the live profile; if none of the ladder is live, apply the initial one."""
-        live = await self._safe(self.actuator.live_profile(), "actuate")
+        """Find the live profile and take it over; dwell before the first switch.
+
+        A saved state (the previous run's) brings its pin back and its profile as
+        the one to restore when none of the ladder is live. Otherwise, when none is
+        live (or ``profiles.initial`` names another), the initial profile is applied.
+        Either way the start counts as a switch: this run does not know what its
+        predecessor did just before it stopped, so it waits ``min_dwell_s`` (and the
+        p95 rules ``p95_settle_s``) before switching on its own.
+        """
+        saved = self._load_state()
+        live = await self._call(self.actuator.live_profile(), "actuate", "reading the live profile")
         names = [p.name for p in self.config.profiles]
-        want = self.config.initial_profile or names[0]
-        if isinstance(live, str) and live in names and self.config.initial_profile is None:
+        if saved is not None:
+            want = saved.active if saved.active in names else (self.config.initial_profile or names[0])
+            adopt = isinstance(live, str) and live in names
+        else:
+            want = self.config.initial_profile or names[0]
+            adopt = isinstance(live, str) and live in names and self.config.initial_profile is None
+        if adopt:
+            assert isinstance(live, str)
             self.state = State.initial(live)
             self._set_active(live)
-            return
-        self.state = State.initial(want)
-        if live == want:
-            self._set_active(want)
-            return
-        result = await self._apply(want, reason="initial")
-        if result is not None and result.ok:
-            self.state = self.state.switched(want, self.clock())
-        elif result is not None and result.active in names:
-            # Refused, and the actuator put a known profile back: start from that one.
-            self.state = self.state.switch_failed(result.active, self.clock())
-        # Otherwise (unreachable) the loop keeps wanting `want`; reconcile retries it.
+        else:
+            self.state = State.initial(want)
+            if live == want:
+                self._set_active(want)
+            else:
+                result = await self._apply(want, reason="initial")
+                if result is not None and not result.ok and result.active in names:
+                    # Refused, and the actuator put a known profile back: start from that one.
+                    self.state = State.initial(result.active)
+                # Otherwise (unreachable) the loop keeps wanting `want`; reconcile retries it.
+        self.state = self.state.switched(self.state.active, self.clock())
+        self.status.last_switch_s = self.state.last_switch_s
+        if saved is not None and saved.pin is not None:
+            if saved.pin in names:
+                self.pin(saved.pin)
+                log.info("restored the pin to %s from %s", saved.pin, self.config.state_file)
+            else:
+                self._error("state", AutobatchError(
+                    f"the saved pin {saved.pin!r} is not in the ladder any more; dropped"))
+        await self._persist()
+
+    def _load_state(self) -> SavedState | None:
+        if self._state_file is None:
+            return None
+        saved, problem = self._state_file.load(self.config.model)
+        if problem is not None:
+            self._error("state", AutobatchError(problem))
+        if saved is not None:
+            self.status.restored = {"active": saved.active, "pin": saved.pin,
+                                    "last_switch_s": saved.last_switch_s, "saved_s": saved.saved_s}
+            log.info("starting from the saved state in %s: active %s, pin %s, last switch at %s",
+                     self.config.state_file, saved.active, saved.pin, saved.last_switch_s)
+        return saved
 
     # -- one tick ------------------------------------------------------------------------
     async def tick(self) -> Decision:
         assert self.state is not None, "call start() first"
         cfg = self.config
         self.status.ticks += 1
-        window: Window | None = None
-        try:
-            window = await self.source.poll()
-        except SignalError as exc:
-            self._error("signals", exc)
-        except Exception as exc:  # a source bug must not end the loop
-            self._error("signals", exc)
-        if window is not None:
-            self.status.last_window = window.to_dict()
-            self._observe(window)
-            if window.stale:
-                self.metrics.stale_windows.labels(cfg.model, window.stale_reason or "unknown").inc()
-            else:
-                self.metrics.window_fresh(window.end_s)
-            self.history.append(window)
+        self.health.tick_started(self.clock())
+        window = await self._poll()
 
         reconciled = await self._reconcile()
         pin_before = self.state.pin
@@ -187,6 +241,8 @@ class Controller:
         self.status.last_decision = decision.to_dict()
         actuation: ActuationResult | None = None
         if decision.action is Action.SWITCH:
+            # Saved before the reload starts: a sidecar killed mid-switch dwells after its restart.
+            await self._persist(last_switch_s=now)
             actuation = await self._apply(decision.target, reason=decision.reason.value)
             if actuation is not None and actuation.ok:
                 self.state = self.state.switched(decision.target, self.clock())
@@ -205,8 +261,54 @@ class Controller:
                         f"{actuation.message if actuation else 'see the log'}"
                     )
             self.status.desired = self.state.active
-        self._record(window, decision, actuation, reconciled, pin_before)
+        self.status.last_switch_s = self.state.last_switch_s
+        await self._record(window, decision, actuation, reconciled, pin_before)
+        await self._persist()
+        end = self.clock()
+        if self.health.tick_ended(end):
+            self.metrics.last_tick.labels(cfg.model).set(end)
         return decision
+
+    async def _poll(self) -> Window | None:
+        """One read of the source, within its limit; a failure marks the last window stale."""
+        cfg = self.config
+        try:
+            async with asyncio.timeout(self._poll_limit_s):
+                window = await self.source.poll()
+        except Exception as exc:  # a source bug must not end the loop either
+            timed_out = isinstance(exc, TimeoutError) or getattr(exc, "timed_out", False)
+            if isinstance(exc, TimeoutError):
+                exc = SignalError(f"the source did not return within {self._poll_limit_s:g} s")
+            reason = getattr(exc, "reason", "unreachable") if isinstance(exc, SignalError) else "error"
+            if timed_out:
+                self._timed_out("signals", str(exc))
+            self._error("signals", exc)
+            self.metrics.stale_windows.labels(cfg.model, reason).inc()
+            self.health.signals(fresh_end_s=None, error=str(exc))
+            if self.status.last_window is not None:
+                self.status.last_window = {
+                    **self.status.last_window, "stale": True, "stale_reason": reason,
+                    "stale_detail": f"the source failed after this window: {exc}",
+                }
+            return None
+        if window is None:  # a baseline sample: no window yet, but the read worked
+            self.health.signals(fresh_end_s=None, error=None)
+            return None
+        self.status.last_window = window.to_dict()
+        self._observe(window)
+        if window.stale:
+            self.metrics.stale_windows.labels(cfg.model, window.stale_reason or "unknown").inc()
+        else:
+            self.metrics.window_fresh(window.end_s)
+        self.health.signals(fresh_end_s=None if window.stale else window.end_s, error=None)
+        self.history.append(window)
+        return window
+
+    @property
+    def _poll_limit_s(self) -> float:
+        # The source's reads run concurrently, each within signals.timeout_s, then parse
+        # in a thread: this limit only catches a source that ignores its own timeouts.
+        return 2 * self.config.signals.timeout_s + 10.0
 
     # -- pin -----------------------------------------------------------------------------
     def pin(self, name: str | None) -> None:
@@ -219,20 +321,26 @@ class Controller:
         self.metrics.pinned.labels(self.config.model).set(1 if name else 0)
         self.wake.set()
 
+    async def set_pin(self, name: str | None) -> None:
+        """:meth:`pin`, saved to the state file before returning (what ``POST /profile`` calls)."""
+        self.pin(name)
+        await self._persist()
+
+    def reopen_log(self) -> None:
+        """SIGHUP: the decision log was rotated; the next line goes to a new file."""
+        if self._log is not None:
+            self._log.reopen()
+
     # -- helpers -------------------------------------------------------------------------
     async def _apply(self, name: str, *, reason: str) -> ActuationResult | None:
         cfg = self.config
         profile = cfg.profile(name)
-        try:
-            result = await self.actuator.apply(profile)
-        except AutobatchError as exc:
-            self._error("actuate", exc)
+        result = await self._call(self.actuator.apply(profile), "actuate", f"applying {name}")
+        if result is None:
             self.metrics.actuation_failures.labels(cfg.model, "error").inc()
             return None
-        except Exception as exc:  # an actuator bug must not end the loop
-            self._error("actuate", exc)
-            self.metrics.actuation_failures.labels(cfg.model, "error").inc()
-            return None
+        if result.reason == "timeout":
+            self._timed_out("actuate", result.message)
         outcome = "ok" if result.ok else "failed"
         self.metrics.actuation_seconds.labels(cfg.model, self.actuator.name, outcome).observe(
             result.duration_s
@@ -252,11 +360,11 @@ class Controller:
         assert self.state is not None
         desired = self.state.active
         self.status.desired = desired
-        try:
-            result = await self.actuator.reconcile(self.config.profile(desired))
-        except Exception as exc:
-            self._error("reconcile", exc)
-            return None
+        result = await self._call(
+            self.actuator.reconcile(self.config.profile(desired)), "reconcile", f"checking {desired}"
+        )
+        if result is not None and result.reason == "timeout":
+            self._timed_out("reconcile", result.message)
         if result is None:
             if self.status.active != desired and desired == self.state.active:
                 self._set_active(desired)
@@ -276,12 +384,25 @@ class Controller:
             self._error("reconcile", AutobatchError(f"re-applying {desired} failed: {result.message}"))
         return result
 
-    async def _safe(self, aw: Awaitable[Any], stage: str) -> Any:
+    async def _call(self, aw: Awaitable[Any], stage: str, what: str) -> Any:
+        """An actuator call within :attr:`SidecarConfig.actuation_limit_s`; None if it
+        raised (counted under ``stage``) or outlived the limit (an actuator that ignores
+        its own timeouts: reported as a timeout, so ``/healthz`` says so)."""
+        limit = self.config.actuation_limit_s
         try:
-            return await aw
-        except Exception as exc:
+            async with asyncio.timeout(limit):
+                return await aw
+        except TimeoutError:
+            message = f"{what} did not return within {limit:g} s"
+            self._timed_out(stage, message)
+            self._error(stage, AutobatchError(message))
+        except Exception as exc:  # an actuator bug must not end the loop
             self._error(stage, exc)
-            return None
+        return None
+
+    def _timed_out(self, stage: str, message: str) -> None:
+        self.health.timed_out(stage, message)
+        self.metrics.timeouts.labels(self.config.model, stage).inc()
 
     def _set_active(self, name: str | None) -> None:
         self.status.active = name
@@ -309,7 +430,7 @@ class Controller:
             }
         )
 
-    def _record(
+    async def _record(
         self,
         window: Window | None,
         decision: Decision,
@@ -320,7 +441,7 @@ class Controller:
         if decision.switch or decision.reason not in (Reason.STEADY, Reason.NO_DATA, Reason.PINNED):
             level = logging.INFO if decision.switch else logging.DEBUG
             log.log(level, "%s %s: %s", decision.action.value, decision.reason.value, decision.message)
-        if self._log_file is None:
+        if self._log is None:
             return
         line = {
             "ts": decision.at_s,
@@ -336,20 +457,43 @@ class Controller:
             "state_after": {"active": self.state.active if self.state else None,
                             "last_switch_s": self.state.last_switch_s if self.state else None},
         }
+        if self.health.signals_error is not None:
+            line["signals_error"] = self.health.signals_error
+        decision_log = self._log
+        await self._write("log", lambda: decision_log.write_line(line))
+
+    async def _persist(self, *, last_switch_s: float | None = None) -> None:
+        """Save the pin and the last switch when they changed (or ``last_switch_s`` is new)."""
+        if self._state_file is None or self.state is None:
+            return
+        key = (self.status.active, self.state.pin, last_switch_s or self.state.last_switch_s)
+        if key == self._saved:
+            return
+        saved = SavedState(self.config.model, key[0], key[1], key[2], self.clock())
+        state_file = self._state_file
+        if await self._write("state", lambda: state_file.save(saved)):
+            self._saved = key
+
+    async def _write(self, stage: str, fn: Callable[[], Any]) -> bool:
         try:
-            self._log_file.write(json.dumps(line) + "\n")
-            self._log_file.flush()
+            await self._writer.run(fn)
+            return True
+        except FileTimeout as exc:
+            self._timed_out(stage, str(exc))
+            self._error(stage, exc)
         except (OSError, TypeError, ValueError) as exc:
-            self._error("log", exc)
+            self._error(stage, exc)
+        return False
 
     async def aclose(self) -> None:
-        with contextlib.suppress(Exception):
-            await self.source.aclose()
-        with contextlib.suppress(Exception):
-            await self.actuator.aclose()
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
+        """Close the source, the actuator and the files; never raises, never hangs."""
+        for closing in (self.source.aclose, self.actuator.aclose):
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                    await closing()
+        if self._log is not None:
+            self._log.close()
+        self._writer.close()
 
 
 async def run_controller(

@@ -10,14 +10,14 @@ deploy/prometheus/rules.yaml read them.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from autobatch.actuators.base import REASONS
 from autobatch.profiles import Profile
 
-__all__ = ["FAILURE_REASONS", "ControllerMetrics"]
+__all__ = ["FAILURE_REASONS", "STAGES", "ControllerMetrics"]
 
 _OK_REASONS = ("applied", "unchanged", "reapplied", "dry_run")
 FAILURE_REASONS = (*[r for r in REASONS if r not in _OK_REASONS], "error")
@@ -26,6 +26,9 @@ FAILURE_REASONS = (*[r for r in REASONS if r not in _OK_REASONS], "error")
 SWITCH_REASONS = ("headroom", "self_inflicted_wait", "slo_breach", "failures", "saturation", "pin")
 """The policy's reasons that switch (:class:`autobatch.policy.Reason`): each, toward each
 profile, starts at 0, so ``increase(autobatch_switches_total[...])`` counts a first switch."""
+
+STAGES = ("signals", "actuate", "reconcile", "log", "state")
+"""The stages of a tick errors and timeouts are counted by."""
 
 
 class ControllerMetrics:
@@ -69,7 +72,7 @@ class ControllerMetrics:
         )
         self.errors = Counter(
             "autobatch_errors_total",
-            "Errors by stage of the loop: signals, actuate, reconcile, log.",
+            "Errors by stage of the loop: signals, actuate, reconcile, log, state.",
             ["model", "stage"],
             registry=registry,
         )
@@ -125,8 +128,6 @@ class ControllerMetrics:
             ["model", "profile"],
             registry=registry,
         )
-        for stage in ("signals", "actuate", "reconcile", "log"):
-            self.errors.labels(model, stage)
         # Every failure reason and every switch at 0 from the start: increase() does not
         # count the first sample of a series, so a series born at 1 would hide its event.
         for reason in FAILURE_REASONS:
@@ -134,6 +135,28 @@ class ControllerMetrics:
         for reason in SWITCH_REASONS:
             for p in self.profiles:
                 self.switches.labels(model, reason, p)
+        self.last_tick = Gauge(
+            "autobatch_last_tick_timestamp_seconds",
+            "When the loop last completed a tick (one none of whose calls timed out), Unix time.",
+            ["model"],
+            registry=registry,
+        )
+        self.timeouts = Counter(
+            "autobatch_timeouts_total",
+            "Calls of a tick that ran into their timeout (a peer or a disk that hangs), by stage.",
+            ["model", "stage"],
+            registry=registry,
+        )
+        self.exposure = Gauge(
+            "autobatch_exposure_warnings",
+            "1 when the sidecar is more exposed than loopback-only: kind token_file (readable by "
+            "every user) or listen (an address beyond loopback).",
+            ["kind"],
+            registry=registry,
+        )
+        for stage in STAGES:
+            self.errors.labels(model, stage)
+            self.timeouts.labels(model, stage)
         self.set_active(None)
         self.pinned.labels(model).set(0)
 
@@ -169,3 +192,20 @@ class ControllerMetrics:
         for key, value in values.items():
             v = math.nan if value is None else float(value)
             self.window.labels(self.model, key).set(v)
+
+    def health(self, bound_s: float, *, live: Callable[[], bool], ready: Callable[[], bool]) -> None:
+        """The liveness bound, and live/ready as 0/1 computed when scraped."""
+        Gauge(
+            "autobatch_liveness_bound_seconds",
+            "/healthz turns 503 when no tick has completed for longer than this.",
+            ["model"],
+            registry=self.registry,
+        ).labels(self.model).set(bound_s)
+        Gauge("autobatch_live", "1 while /healthz answers 200.", ["model"],
+              registry=self.registry).labels(self.model).set_function(lambda: float(live()))
+        Gauge("autobatch_ready", "1 while /readyz answers 200 (the signals are fresh).", ["model"],
+              registry=self.registry).labels(self.model).set_function(lambda: float(ready()))
+
+    def set_exposure(self, kinds: Sequence[str], warned: Sequence[str]) -> None:
+        for kind in kinds:
+            self.exposure.labels(kind).set(1 if kind in warned else 0)
