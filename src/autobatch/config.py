@@ -154,6 +154,8 @@ class Section:
     def field_path(self, key: str | int) -> str:
         if isinstance(key, int):
             return f"{self.path}[{key}]"
+        if not isinstance(key, str) or not key.isprintable():
+            key = repr(key)  # a key with a newline in it must not break the one-line error
         return f"{self.path}.{key}" if self.path else key
 
     def fail(self, key: str | int, value: Any, allowed: str) -> ConfigError:
@@ -173,7 +175,8 @@ class Section:
         if key not in self.data or self.data[key] is None:
             if default is MISSING:
                 unread = [k for k in self.data if k not in self._seen and isinstance(k, str)]
-                close = difflib.get_close_matches(key, unread, n=1, cutoff=0.75)
+                close = (difflib.get_close_matches(key, unread, n=1, cutoff=0.75)
+                         if isinstance(key, str) else [])
                 hint = f" (found {close[0]!r}: a typo?)" if close else ""
                 raise self.error(
                     f"{self.source}: {self.field_path(key)}: required field is missing{hint}",

@@ -27,6 +27,7 @@ from autobatch.cli import app
 from autobatch.controller.config import sidecar_config_from_mapping
 from autobatch.controller.loop import read_decision_log
 from autobatch.curve import BatchCurve
+from autobatch.lab.process import poll_until
 from autobatch.lab.serve import EMULATOR_MODEL, TritonServer, free_port
 from autobatch.load import run_load
 from autobatch.plan.replay import parse_trace, replay
@@ -251,3 +252,36 @@ def test_load_oscillating_at_the_threshold_switches_at_most_once_per_dwell(tmp_p
     assert all(g >= dwell_s - 1e-6 for g in gaps), (landed, gaps)
     assert len(landed) <= 1 + report.elapsed_s // dwell_s
     assert report.total.failures == {}
+
+
+def test_healthz_turns_503_while_triton_is_stopped_and_200_after_it_resumes(tmp_path, server):
+    """SIGSTOP: Triton accepts connections and answers nothing, so every call of a tick runs
+    into its timeout. /healthz must turn 503 within the stated bound (and say why), /readyz
+    too, and both must come back once Triton resumes."""
+    cfg = config(tmp_path, server, signals={"timeout_s": 1}, actuator={"timeout_s": 4})
+    bound = cfg.liveness_bound_s  # 1 s interval + 1 s scrape + a 4 s load and three 2 s reads
+    with Running(cfg) as running:
+        def code(path: str) -> int:
+            return httpx.get(running.url + path, timeout=5).status_code
+
+        poll_until(lambda: code("/readyz") == 200, timeout_s=30, what="/readyz 200 before the stop")
+        assert code("/healthz") == 200
+        stopped = time.monotonic()
+        server.signal(signal.SIGSTOP)
+        try:
+            poll_until(lambda: code("/healthz") == 503, timeout_s=bound + 2 * cfg.interval_s + 5,
+                       interval_s=0.2, what=f"/healthz 503 within the bound ({bound:g} s)")
+            to_503 = time.monotonic() - stopped
+            answer = httpx.get(running.url + "/healthz", timeout=5).text
+            assert answer.startswith("stalled: ") and "did not answer within" in answer, answer
+            assert code("/readyz") == 503
+        finally:
+            server.signal(signal.SIGCONT)
+        resumed = time.monotonic()
+        poll_until(lambda: code("/healthz") == 200 and code("/readyz") == 200, timeout_s=bound + 30,
+                   interval_s=0.2, what="/healthz and /readyz 200 after SIGCONT")
+        back = time.monotonic() - resumed
+        st = running.status()
+    print(f"\n[liveness] bound {bound:g} s: 503 after {to_503:.1f} s stopped, 200 {back:.1f} s after "
+          f"SIGCONT; timeouts by stage {st['errors']}")
+    assert st["health"]["live"] and st["health"]["liveness_bound_s"] == bound

@@ -58,6 +58,7 @@ def build_actuator(config: SidecarConfig, *, dry_run: bool = False) -> Actuator:
             config.profiles,
             repository=a.repository if a.mode == "file" else None,
             load_timeout_s=a.timeout_s,
+            request_timeout_s=a.read_timeout_s,
             grpc_url=config.triton.grpc_url if a.load_api == "grpc" else None,
         )
     if a.kind == "gateway" and a.gateway is not None:

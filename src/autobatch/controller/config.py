@@ -80,8 +80,9 @@ _EXCLUSIVE_ZERO = {"slo.p95_ms", "slo.p99_ms", "policy.max_window_age_s", "signa
                    "signals.timeout_s", "actuator.timeout_s", "server.request_timeout_s"}
 
 READ_TIMEOUT_S = 5.0
-"""The reload actuator's timeout for one config read: a read is milliseconds; this
-only gives up on a server that accepts connections and then hangs."""
+"""The reload actuator's timeout for one config read (or half ``actuator.timeout_s``
+if that is shorter): a read is milliseconds; this only gives up on a server that
+accepts connections and then hangs."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,11 @@ class ReplicaSettings:
     """... and of its gRPC endpoint (loads go there with ``load_api: grpc``)."""
     ready_timeout_s: float = 120.0
     """How long a replica may take to answer READY on the new profile before the next starts."""
+
+    @property
+    def read_timeout_s(self) -> float:
+        """The reload actuator's timeout for one config read."""
+        return min(READ_TIMEOUT_S, self.timeout_s / 2)
 
 
 @dataclass(frozen=True)
@@ -190,7 +196,7 @@ class SidecarConfig:
             return len(g.steps) * (g.step_dwell_s + 3 * g.request_timeout_s) + 2 * g.request_timeout_s
         if a.kind == "triton":
             # reconcile's read, then apply's read, load and read-back
-            return a.timeout_s + 3 * READ_TIMEOUT_S
+            return a.timeout_s + 3 * a.read_timeout_s
         return 0.0
 
     @property
@@ -203,7 +209,7 @@ class SidecarConfig:
         if a.gateway is not None:
             return 2 * self.actuation_s + 10.0
         if a.kind == "triton":
-            return 4 * a.timeout_s + 4 * READ_TIMEOUT_S + 10.0
+            return 4 * a.timeout_s + 4 * a.read_timeout_s + 10.0
         return 10.0
 
     @property

@@ -24,11 +24,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from autobatch.config import http_url
@@ -86,7 +88,7 @@ class ControlServer:
         # rest of it is then drained before the connection closes.
         self._runner = web.AppRunner(
             self.app(), access_log=None, keepalive_timeout=self.request_timeout_s,
-            lingering_time=self.request_timeout_s, handle_signals=False,
+            lingering_time=self.request_timeout_s, handle_signals=False, logger=_ServerLog(),
         )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
@@ -237,6 +239,30 @@ async def _never_throw(request: web.Request, handler: _Handler) -> web.StreamRes
         log.error("%s %s failed: %s: %s", request.method, request.path[:ECHO_CHARS],
                   type(exc).__name__, str(exc)[:200])
         return _error(500, "internal error; the sidecar's log has one line about it")
+
+
+class _ServerLog:
+    """aiohttp's server logger, one line per problem instead of a traceback per request.
+
+    aiohttp logs a malformed request (a bad header byte, a broken request line)
+    with ``logger.exception``: a traceback for every request any local caller
+    cares to send. Those are the client's fault, a debug line; anything else
+    aiohttp reports is a warning, still one line.
+    """
+
+    def exception(self, msg: str, *args: Any, exc_info: Any = None, **kw: Any) -> None:
+        exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
+        text = msg % args if args else msg
+        detail = " ".join(str(exc).split())[:200] if exc is not None else ""
+        level = logging.DEBUG if isinstance(exc, HttpProcessingError) else logging.WARNING
+        log.log(level, "%s: %s %s", text, type(exc).__name__ if exc else "", detail)
+
+    def debug(self, msg: str, *args: Any, **kw: Any) -> None:
+        kw.pop("exc_info", None)
+        log.debug(msg, *args, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(log, name)
 
 
 def _url(host: str, port: int) -> str:

@@ -354,6 +354,12 @@ class TritonServer:
             self._proc.kill()
             self._proc = None
 
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` to the server's process group: SIGSTOP and SIGCONT freeze and
+        thaw it (a hung server that still accepts connections), for fault tests."""
+        if self._proc is not None:
+            self._proc.signal(signum)
+
     def restart(self) -> None:
         self.stop()
         self.start()
