@@ -21,10 +21,10 @@ from autobatch.controller.config import RANGES, load_sidecar_config, parse_liste
 from autobatch.controller.exposure import exposure_warnings, read_token, token_matches
 from autobatch.controller.files import DecisionLog, StateFile
 from autobatch.controller.health import Health
-from autobatch.controller.http import ECHO_CHARS, ControlServer
+from autobatch.controller.http import ECHO_CHARS, ControlServer, fetch_status
 from autobatch.controller.loop import Controller
 from autobatch.curve import load_curve
-from autobatch.errors import ConfigError, ProfileError, ScrapeError
+from autobatch.errors import AutobatchError, ConfigError, ProfileError, ScrapeError
 from autobatch.policy import Reason
 from autobatch.profiles import load_profile
 from autobatch.schedule import load_schedule
@@ -535,6 +535,10 @@ async def test_protected_reads_need_the_token_but_probes_never_do(tmp_path):
                 assert (await http.get(path, headers={"Authorization": "Bearer s3cret"})).status_code == 200
             assert (await http.get("/healthz")).status_code == 200
             assert (await http.get("/readyz")).status_code in (200, 503)
+        with pytest.raises(AutobatchError, match="needs the bearer token"):
+            await asyncio.to_thread(fetch_status, server.url)
+        status = await asyncio.to_thread(fetch_status, server.url, token=b"s3cret")
+        assert status["active_profile"] == "latency-soft"
     finally:
         await server.stop()
         await c.aclose()

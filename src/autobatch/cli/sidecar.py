@@ -62,15 +62,19 @@ def run(
 def status(
     url: Annotated[str, typer.Option(help="The sidecar's address.")] = "http://127.0.0.1:9400",
     as_json: Annotated[bool, typer.Option("--json", help="Print the raw JSON.")] = False,
+    token_file: Annotated[
+        Path | None, typer.Option(help="The sidecar's token file, if it protects /status.")
+    ] = None,
 ) -> None:
     """Print a running sidecar's /status.
 
     Example: autobatch status --url http://127.0.0.1:9400 --json
     """
     from autobatch.cli.views import status_table
+    from autobatch.controller.exposure import read_token
     from autobatch.controller.http import fetch_status
 
-    data = fetch_status(url)
+    data = fetch_status(url, token=read_token(token_file))
     if as_json:
         print_json(data)
         return

@@ -269,17 +269,24 @@ def _url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def fetch_status(url: str, *, client: httpx.Client | None = None, timeout_s: float = 5.0) -> dict[str, Any]:
-    """A running sidecar's ``/status`` JSON (``url`` is its address, ``host:port`` or a URL)."""
+def fetch_status(
+    url: str, *, client: httpx.Client | None = None, timeout_s: float = 5.0, token: bytes | None = None
+) -> dict[str, Any]:
+    """A running sidecar's ``/status`` JSON (``url`` is its address, ``host:port`` or a URL);
+    ``token`` for a sidecar with ``server.protect_reads``."""
     base = http_url(url)
     if base is None:
         raise ConfigError(f"url = {url!r}: must be an http:// URL or HOST:PORT, e.g. 127.0.0.1:9400",
                           field="url", value=url)
+    headers = {"Authorization": b"Bearer " + token} if token else None
     try:
         if client is None:
-            r = httpx.get(base + "/status", timeout=timeout_s)
+            r = httpx.get(base + "/status", timeout=timeout_s, headers=headers)
         else:
-            r = client.get(base + "/status", timeout=timeout_s)
+            r = client.get(base + "/status", timeout=timeout_s, headers=headers)
+        if r.status_code == 401:
+            raise AutobatchError(f"{base}/status needs the bearer token (server.protect_reads): "
+                                 "pass --token-file")
         r.raise_for_status()
         data = r.json()
     except (httpx.HTTPError, ValueError) as exc:
