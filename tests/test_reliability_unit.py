@@ -664,3 +664,23 @@ def test_profile_errors_stay_profile_errors(tmp_path):
     path.write_text("name: p\nname: q\n")
     with pytest.raises(ProfileError):
         load_profile(path)
+
+
+async def test_writes_queue_and_a_hung_one_fails_the_next_at_once():
+    import threading
+
+    from autobatch.controller.files import FileTimeout, Writer
+
+    writer = Writer(timeout_s=0.2)
+    order: list[int] = []
+    await asyncio.gather(*(writer.run(lambda i=i: order.append(i)) for i in range(5)))
+    assert sorted(order) == [0, 1, 2, 3, 4]  # concurrent writers wait their turn, none times out
+    release = threading.Event()
+    with pytest.raises(FileTimeout, match="longer than 0.2 s"):
+        await writer.run(lambda: release.wait(10))  # a file system that hangs
+    with pytest.raises(FileTimeout, match="has not returned yet"):
+        await writer.run(lambda: None)
+    release.set()
+    await asyncio.wrap_future(writer._stuck)  # the hung write returns
+    assert await writer.run(lambda: 42) == 42  # it returned: writes go through again
+    writer.close()

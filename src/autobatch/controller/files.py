@@ -49,24 +49,31 @@ class FileTimeout(AutobatchError):
 
 
 class Writer:
-    """One worker thread for the sidecar's file writes, each awaited with a deadline."""
+    """One worker thread for the sidecar's file writes, each awaited with a deadline.
+
+    Writes queue behind one another (a pin's state write may come while a tick
+    writes its line). A write that outlives its deadline is left to finish in the
+    thread; until it does, later writes fail at once instead of piling up behind it.
+    """
 
     def __init__(self, timeout_s: float = 2.0) -> None:
         self.timeout_s = timeout_s
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="autobatch-files")
-        self._pending: Future[Any] | None = None
+        self._lock = asyncio.Lock()
+        self._stuck: Future[Any] | None = None
 
     async def run(self, fn: Callable[[], Any]) -> Any:
-        """``fn()`` in the worker; raises :class:`FileTimeout` past the deadline, or when an
-        earlier write is still stuck (queueing behind it would only grow the backlog)."""
-        if self._pending is not None and not self._pending.done():
-            raise FileTimeout("an earlier write has not returned yet: the file system hangs")
-        fut = self._pool.submit(fn)
-        self._pending = fut
-        try:
-            return await asyncio.wait_for(asyncio.wrap_future(fut), self.timeout_s)
-        except TimeoutError as exc:
-            raise FileTimeout(f"a write took longer than {self.timeout_s:g} s") from exc
+        """``fn()`` in the worker; raises :class:`FileTimeout` past the deadline, or while
+        an earlier write that timed out has still not returned."""
+        async with self._lock:
+            if self._stuck is not None and not self._stuck.done():
+                raise FileTimeout("an earlier write has not returned yet: the file system hangs")
+            fut = self._pool.submit(fn)
+            try:
+                return await asyncio.wait_for(asyncio.wrap_future(fut), self.timeout_s)
+            except TimeoutError as exc:
+                self._stuck = fut
+                raise FileTimeout(f"a write took longer than {self.timeout_s:g} s") from exc
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
