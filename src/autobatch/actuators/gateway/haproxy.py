@@ -216,7 +216,7 @@ class HAProxyRuntime:
         except asyncio.TimeoutError as exc:
             raise GatewayFailure(
                 f"the HAProxy runtime API at {self.address} did not answer within {self.timeout_s:g} s",
-                reason="unreachable",
+                reason="timeout",  # it hangs, as against refusing: the sidecar's liveness counts it
             ) from exc
         except FileNotFoundError as exc:
             raise GatewayFailure(
