@@ -98,7 +98,8 @@ def _build_fleet(config: SidecarConfig) -> Actuator:
             http_port=r.http_port, grpc_port=r.grpc_port if a.load_api == "grpc" else None,
         )
     return TritonFleetActuator(source, config.model, config.profiles, load_api=a.load_api,
-                               load_timeout_s=a.timeout_s, ready_timeout_s=r.ready_timeout_s)
+                               load_timeout_s=a.timeout_s, ready_timeout_s=r.ready_timeout_s,
+                               request_timeout_s=a.read_timeout_s)
 
 
 class Sidecar:

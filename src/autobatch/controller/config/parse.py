@@ -1,4 +1,4 @@
-"""The sidecar's YAML config, read into frozen typed settings.
+"""The sidecar's YAML config, read into the frozen settings of :mod:`.settings`.
 
 Paths inside the file (profiles, curve, token, decision log, repository) are
 relative to the file itself, so a config and its profiles travel together.
@@ -31,192 +31,30 @@ import ipaddress
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autobatch.actuators.gateway.settings import GatewaySettings, parse_gateway_options
+from autobatch.actuators.gateway.settings import parse_gateway_options
 from autobatch.config import MISSING, Section, load_yaml
+from autobatch.controller.config.settings import (
+    RANGES,
+    ActuatorSettings,
+    ReplicaSettings,
+    ServerSettings,
+    SidecarConfig,
+    TritonEndpoints,
+)
 from autobatch.curve import BatchCurve, load_curve
 from autobatch.policy import PolicySettings
 from autobatch.profiles import Profile, load_profiles
-from autobatch.signals.factory import SOURCES, UTILIZATION, ReadTarget, SignalSettings
+from autobatch.signals.factory import SOURCES, UTILIZATION, SignalSettings
 from autobatch.signals.http import DEFAULT_MAX_BYTES
 
-__all__ = ["RANGES", "READ_TIMEOUT_S", "SidecarConfig", "load_sidecar_config", "sidecar_config_from_mapping"]
-
-_DAY_S = 86_400.0
-
-RANGES: dict[str, tuple[float, float]] = {
-    # field: (lowest, highest) allowed; a time in seconds unless its name says otherwise.
-    "slo.p95_ms": (0.0, 3_600_000.0),
-    "slo.p99_ms": (0.0, 3_600_000.0),
-    "policy.interval_s": (0.05, 3_600.0),
-    "policy.history_windows": (1, 100_000),
-    "policy.confirmations": (1, 1_000),
-    "policy.headroom": (0.0, 1.0),
-    "policy.util_ceiling": (0.0, 1.0),
-    "policy.min_dwell_s": (0.0, _DAY_S),
-    "policy.settle_s": (0.0, _DAY_S),
-    "policy.p95_settle_s": (0.0, _DAY_S),
-    "policy.stabilization_s": (0.0, _DAY_S),
-    "policy.max_window_age_s": (0.0, _DAY_S),
-    "policy.near_delay_ratio": (0.0, 1_000.0),
-    "policy.saturation_delay_ratio": (0.0, 1_000.0),
-    "policy.saturation_min_queue_ms": (0.0, 3_600_000.0),
-    "policy.capacity_margin": (0.0, 1_000.0),
-    "policy.min_gain": (0.0, 1_000.0),
-    "policy.failure_rps_threshold": (0.0, 1e9),
-    "signals.range_s": (0.0, _DAY_S),
-    "signals.timeout_s": (0.0, 300.0),
-    "signals.max_scrape_bytes": (1_024, 1 << 30),
-    "actuator.timeout_s": (0.0, 3_600.0),
-    "server.request_timeout_s": (0.0, 300.0),
-}
-"""Every number of the sidecar config and its range (inclusive, except a lower bound
-of 0 for a time or an SLO, which must be above it)."""
+__all__ = ["load_sidecar_config", "parse_listen", "sidecar_config_from_mapping"]
 
 _EXCLUSIVE_ZERO = {"slo.p95_ms", "slo.p99_ms", "policy.max_window_age_s", "signals.range_s",
                    "signals.timeout_s", "actuator.timeout_s", "server.request_timeout_s"}
-
-READ_TIMEOUT_S = 5.0
-"""The reload actuator's timeout for one config read (or half ``actuator.timeout_s``
-if that is shorter): a read is milliseconds; this only gives up on a server that
-accepts connections and then hangs."""
-
-
-@dataclass(frozen=True)
-class TritonEndpoints:
-    http_url: str
-    """Triton's HTTP endpoint: config, stats, the repository (load) API."""
-    metrics_url: str
-    """Triton's Prometheus endpoint (the metrics port)."""
-    grpc_url: str = "127.0.0.1:8001"
-    """Triton's gRPC endpoint (``host:port``): the reload actuator sends its loads here."""
-
-
-@dataclass(frozen=True)
-class ActuatorSettings:
-    kind: str = "triton"
-    """``triton`` (reload with a config override), ``dry-run`` (log only) or ``gateway``."""
-    mode: str = "override"
-    """Triton actuator: ``override`` (load API only) or ``file`` (also write config.pbtxt)."""
-    load_api: str = "grpc"
-    """Triton actuator: send loads over ``grpc`` (default) or ``http``. A load running on
-    Triton's HTTP endpoint stalls some HTTP inference requests for its whole duration."""
-    repository: Path | None = None
-    """Model repository for ``mode: file``."""
-    timeout_s: float = 120.0
-    """How long one load may take before it counts as failed (reload actuator)."""
-    options: Mapping[str, Any] = field(default_factory=dict)
-    """Kind-specific settings as written (the gateway's backend, servers, socket, steps, ...)."""
-    gateway: GatewaySettings | None = None
-    """``kind: gateway``: :attr:`options` validated; None for other kinds."""
-    replicas: ReplicaSettings | None = None
-    """``kind: triton``: a fleet of Triton replicas, reloaded one at a time; None: ``triton.*`` only."""
-
-
-@dataclass(frozen=True)
-class ReplicaSettings:
-    """``actuator.replicas``: a static list, or the ready endpoints of a Kubernetes Service."""
-
-    static: tuple[tuple[str, str | None], ...] = ()
-    """(http_url, grpc_url) of each replica, in the order they are changed."""
-    service: str | None = None
-    """The Service whose ready endpoints are the replicas (read from its EndpointSlices)."""
-    namespace: str | None = None
-    """The Service's namespace; None: the pod's own."""
-    http_port: str | int = "http"
-    """The EndpointSlice port (name or number) of Triton's HTTP endpoint."""
-    grpc_port: str | int = "grpc"
-    """... and of its gRPC endpoint (loads go there with ``load_api: grpc``)."""
-    ready_timeout_s: float = 120.0
-    """How long a replica may take to answer READY on the new profile before the next starts."""
-
-    @property
-    def read_timeout_s(self) -> float:
-        """The reload actuator's timeout for one config read."""
-        return min(READ_TIMEOUT_S, self.timeout_s / 2)
-
-
-@dataclass(frozen=True)
-class ServerSettings:
-    host: str = "127.0.0.1"
-    """An IPv4 or IPv6 address (written ``[::1]:9400`` in ``listen``) or a host name."""
-    port: int = 9400
-    token_file: Path | None = None
-    """File holding the bearer token for ``POST /profile``; without it pinning is refused."""
-    protect_reads: bool = False
-    """Also require the token for ``/status`` and ``/metrics`` (the probes ``/healthz``
-    and ``/readyz`` never need it). Off by default: fine on loopback or a pod IP."""
-    request_timeout_s: float = 10.0
-    """How long a client may take to send one request (headers and body); a
-    half-sent request is dropped after this."""
-
-    @property
-    def address(self) -> str:
-        """``host:port``, with an IPv6 host in brackets."""
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-
-
-@dataclass(frozen=True)
-class SidecarConfig:
-    source: str
-    model: str
-    triton: TritonEndpoints
-    profiles: tuple[Profile, ...]
-    policy: PolicySettings
-    interval_s: float
-    history_windows: int
-    initial_profile: str | None
-    signals: SignalSettings
-    actuator: ActuatorSettings
-    server: ServerSettings
-    decision_log: Path | None
-    state_file: Path | None = None
-    """The pin and the last switch, kept across restarts (beside the decision log)."""
-
-    def read_target(self) -> ReadTarget:
-        """The model the signals read: this sidecar's, on its Triton."""
-        return ReadTarget(self.model, self.triton.http_url, self.triton.metrics_url)
-
-    def profile(self, name: str) -> Profile:
-        for p in self.profiles:
-            if p.name == name:
-                return p
-        raise KeyError(name)
-
-    @property
-    def actuation_s(self) -> float:
-        """How long one actuator call takes at most when nothing it waits on hangs:
-        a load and its config reads (reload), or every weight step (gateway)."""
-        a = self.actuator
-        if a.gateway is not None:
-            g = a.gateway
-            return len(g.steps) * (g.step_dwell_s + 3 * g.request_timeout_s) + 2 * g.request_timeout_s
-        if a.kind == "triton":
-            # reconcile's read, then apply's read, load and read-back
-            return a.timeout_s + 3 * a.read_timeout_s
-        return 0.0
-
-    @property
-    def actuation_limit_s(self) -> float:
-        """The hard limit on one actuator call, rollback included: the reload actuator's
-        worst case is a load that times out (T), a read that waits for the stray load (T)
-        and a rollback load queued behind it (2 T), plus four config reads. The
-        controller cancels a call that outlives it (an actuator bug, not a slow server)."""
-        a = self.actuator
-        if a.gateway is not None:
-            return 2 * self.actuation_s + 10.0
-        if a.kind == "triton":
-            return 4 * a.timeout_s + 4 * a.read_timeout_s + 10.0
-        return 10.0
-
-    @property
-    def liveness_bound_s(self) -> float:
-        """``/healthz`` is 503 when no tick has completed for longer than this: one
-        interval, one scrape (``signals.timeout_s``) and one actuation (:attr:`actuation_s`)."""
-        return self.interval_s + self.signals.timeout_s + self.actuation_s
 
 
 def _path(base: Path, value: str | None) -> Path | None:
