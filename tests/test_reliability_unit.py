@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from autobatch.config import load_yaml, parse_yaml
 from autobatch.controller.config import RANGES, load_sidecar_config, parse_listen, sidecar_config_from_mapping
@@ -684,3 +685,77 @@ async def test_writes_queue_and_a_hung_one_fails_the_next_at_once():
     await asyncio.wrap_future(writer._stuck)  # the hung write returns
     assert await writer.run(lambda: 42) == 42  # it returned: writes go through again
     writer.close()
+
+
+# -- the real CLI: exit codes -------------------------------------------------------------------
+
+
+def cli_config(tmp_path: Path, **over) -> Path:
+    from autobatch.lab.serve import free_port
+
+    from .conftest import PROFILES
+
+    dead = f"127.0.0.1:{free_port()}"  # nothing listens: every read is refused at once
+    data = {
+        "model": "dense_mlp",
+        "triton": {"http_url": dead, "metrics_url": f"http://{dead}/metrics", "grpc_url": dead},
+        "profiles": {"dir": str(PROFILES / "dense_mlp"), "ladder": ["latency-soft", "balanced"]},
+        "slo": {"p95_ms": 50},
+        "policy": {"interval_s": 0.2},
+        "server": {"listen": f"127.0.0.1:{free_port()}"},
+        **over,
+    }
+    path = tmp_path / "sidecar.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("log", "message"),
+    [("logs", "is a directory"), ("file/d.jsonl", "is a file, not a directory")],
+)
+def test_autobatch_run_refuses_a_bad_decision_log_in_one_line(tmp_path, log, message):
+    import subprocess
+    import sys
+
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "file").write_text("x")
+    path = cli_config(tmp_path, decision_log=str(tmp_path / log))
+    res = subprocess.run([sys.executable, "-m", "autobatch", "run", "--config", str(path)],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.startswith(f"autobatch: error: {path}: decision_log = ") and message in res.stderr
+    assert res.stderr.count("\n") == 1
+
+
+def test_sigterm_with_a_full_disk_exits_0_without_a_traceback(tmp_path):
+    """The decision log on /dev/full (every write: ENOSPC); the sidecar runs, counts, and
+    SIGTERM still ends it cleanly."""
+    import signal
+    import sys
+
+    from autobatch.lab.process import ManagedProcess, poll_until
+
+    path = cli_config(tmp_path, decision_log="/dev/full", state_file=str(tmp_path / "state.json"))
+    port = yaml.safe_load(path.read_text())["server"]["listen"].rsplit(":", 1)[1]
+    proc = ManagedProcess("sidecar", tmp_path / "sidecar.log")
+    proc.start([sys.executable, "-m", "autobatch", "run", "--config", str(path)])
+    try:
+        def log_errors() -> float:
+            try:
+                st = httpx.get(f"http://127.0.0.1:{port}/status", timeout=2).json()
+            except (httpx.HTTPError, ValueError):
+                return 0
+            return st["errors"].get("log", 0)
+
+        poll_until(lambda: log_errors() >= 3, timeout_s=60, what="three failed log writes",
+                   check=lambda: proc.check_alive("while running"))
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200
+        proc.signal(signal.SIGTERM)
+        poll_until(lambda: not proc.running(), timeout_s=30, what="the sidecar to exit")
+        code = proc.returncode
+    finally:
+        proc.stop()
+    text = (tmp_path / "sidecar.log").read_text()
+    assert code == 0, text[-2000:]
+    assert "Traceback" not in text and "sidecar stopped" in text
