@@ -759,3 +759,20 @@ def test_sigterm_with_a_full_disk_exits_0_without_a_traceback(tmp_path):
     text = (tmp_path / "sidecar.log").read_text()
     assert code == 0, text[-2000:]
     assert "Traceback" not in text and "sidecar stopped" in text
+
+
+async def test_replay_agrees_with_a_sidecar_that_dwelt_after_its_start(tmp_path):
+    from autobatch.plan.replay import parse_trace, replay
+
+    clock = Clock()
+    cfg = make_config(tmp_path, min_dwell_s=5)
+    c = Controller(cfg, ScriptedSource(clock, [SATURATED] * 12), FakeActuator("latency-soft"), clock=clock)
+    await c.start()
+    decisions = []
+    for _ in range(12):
+        clock.t += 1
+        decisions.append(await c.tick())
+    await c.aclose()
+    assert Reason.SETTLING in [d.reason for d in decisions] and any(d.switch for d in decisions)
+    steps = replay(parse_trace(cfg.decision_log.read_text().splitlines()), cfg.policy)
+    assert all(s.agrees for s in steps), [(s.tick.now_s, s.decision.message) for s in steps if not s.agrees]

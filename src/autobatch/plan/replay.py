@@ -126,6 +126,11 @@ def replay(
     if start not in names:
         raise ConfigError(f"initial profile {start!r} is not in the ladder {names}")
     state = State.initial(start)
+    before = _last_switch_before(ticks[0]) if ticks else None
+    if before is not None:
+        # The sidecar's start counts as a switch (it dwells before its first own one):
+        # the first line's state, when that tick changed nothing, says when it was.
+        state = state.switched(start, before)
     history: deque[Window] = deque(maxlen=history_windows)
     steps: list[ReplayStep] = []
     for tick in ticks:
@@ -141,6 +146,14 @@ def replay(
             state = _after_switch(state, decision, tick)
         steps.append(ReplayStep(tick, decision, state.active))
     return steps
+
+
+def _last_switch_before(tick: TraceTick) -> float | None:
+    """The last switch before a decision-log tick that neither switched nor re-applied."""
+    if (tick.recorded or {}).get("action") == "switch" or (tick.reconcile or {}).get("ok"):
+        return None
+    last = (tick.state_after or {}).get("last_switch_s")
+    return float(last) if isinstance(last, (int, float)) and not isinstance(last, bool) else None
 
 
 def _after_switch(state: State, decision: Decision, tick: TraceTick) -> State:
