@@ -809,6 +809,7 @@ FAULTS: dict[str, Callable[[Rig], dict[str, Any]]] = {
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="*", choices=list(FAULTS), help="run these faults only")
+    ap.add_argument("--no-save", action="store_true", help="do not write benchmarks/results (a smoke run)")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     args = ap.parse_args()
     names = args.only or list(FAULTS)
@@ -843,7 +844,7 @@ def main() -> None:
             f"model READY throughout: {'yes' if r['ready_throughout'] else 'no'}; recovered in "
             f"{r['recovery_s']} s ({r['recovery_means']})",
             key=f"faults_{r['name']}_failed_by_sidecar", value=r["failed_by_sidecar"]))
-    path = save_result("faults", data, rows)
+    path = None if args.no_save else save_result("faults", data, rows)
     if args.json:
         print(json.dumps(data, indent=1, default=str))
     else:
@@ -855,7 +856,8 @@ def main() -> None:
                           f"{r.get('failed_by_sidecar')}/{r.get('requests')}", str(r.get("ready_throughout")),
                           str(r.get("recovery_s")), r.get("did") or r.get("error", ""))
         Console(width=200).print(table)
-    print(f"saved {path.relative_to(ROOT)}", file=sys.stderr)
+    if path is not None:
+        print(f"saved {path.relative_to(ROOT)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

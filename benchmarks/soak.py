@@ -73,6 +73,7 @@ def proc_sample(pid: int) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=30.0)
+    ap.add_argument("--no-save", action="store_true", help="do not write benchmarks/results (a smoke run)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     cycles = max(1, round(args.minutes / 2))
@@ -188,13 +189,14 @@ def main() -> None:
             f"(dwell {DWELL_S:g} s, {data['closer_than_dwell']} closer); {sum(failures.values())} of {sent} "
             f"requests failed", key="soak_min_gap_s", value=data["min_gap_s"], unit=" s"),
     ]
-    path = save_result("soak", data, rows)
+    path = None if args.no_save else save_result("soak", data, rows)
     if args.json:
         print(json.dumps(data, indent=1))
     else:
         for r in rows:
             print(f"{r['what']}: {r['figure']}")
-    print(f"saved {path.relative_to(ROOT)}", file=sys.stderr)
+    if path is not None:
+        print(f"saved {path.relative_to(ROOT)}", file=sys.stderr)
 
 
 def _get(url: str) -> int | None:
