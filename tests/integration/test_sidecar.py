@@ -273,7 +273,7 @@ def test_healthz_turns_503_while_triton_is_stopped_and_200_after_it_resumes(tmp_
                        interval_s=0.2, what=f"/healthz 503 within the bound ({bound:g} s)")
             to_503 = time.monotonic() - stopped
             answer = httpx.get(running.url + "/healthz", timeout=5).text
-            assert answer.startswith("stalled: ") and "did not answer within" in answer, answer
+            assert answer.startswith("stalled: ") and "did not answer" in answer, answer
             assert code("/readyz") == 503
         finally:
             server.signal(signal.SIGCONT)
@@ -283,5 +283,5 @@ def test_healthz_turns_503_while_triton_is_stopped_and_200_after_it_resumes(tmp_
         back = time.monotonic() - resumed
         st = running.status()
     print(f"\n[liveness] bound {bound:g} s: 503 after {to_503:.1f} s stopped, 200 {back:.1f} s after "
-          f"SIGCONT; timeouts by stage {st['errors']}")
+          f"SIGCONT; errors by stage {st['errors']}")
     assert st["health"]["live"] and st["health"]["liveness_bound_s"] == bound

@@ -82,9 +82,10 @@ class Health:
     def live(self, now: float) -> Verdict:
         since = self.last_completed_s if self.last_completed_s is not None else self.started_s
         gap = now - since
-        what = "the last completed tick" if self.last_completed_s is not None else "the start"
+        what = ("the last tick completed" if self.last_completed_s is not None
+                else "no tick has completed since the start")
         if gap <= self.bound_s:
-            return Verdict(True, f"ok: {what} was {gap:.1f} s ago (bound {self.bound_s:g} s)")
+            return Verdict(True, f"ok: {what} {gap:.1f} s ago (bound {self.bound_s:g} s)")
         running = self.tick_started_s
         if running is not None and not self._tick_timeouts and now - running <= self.tick_limit_s:
             return Verdict(True, f"ok: a tick has been running for {now - running:.1f} s "
@@ -92,8 +93,7 @@ class Health:
         why = f"; last timeout: {self.last_timeout}" if self.last_timeout else ""
         if running is not None and now - running > self.tick_limit_s:
             why = f"; a tick has been running for {now - running:.1f} s (limit {self.tick_limit_s:g} s)"
-        return Verdict(False, f"stalled: no tick completed since {what}, {gap:.1f} s ago "
-                              f"(bound {self.bound_s:g} s){why}")
+        return Verdict(False, f"stalled: {what} {gap:.1f} s ago (bound {self.bound_s:g} s){why}")
 
     def ready(self, now: float) -> Verdict:
         if self.signals_error is not None:
