@@ -32,13 +32,13 @@ from autobatch.schedule import load_schedule
 from autobatch.signals.http import get_bounded
 from autobatch.signals.triton import TritonSource
 
-from .test_controller_unit import SATURATED, Clock, FakeActuator, ScriptedSource, make_config
+from .test_controller import SATURATED, Clock, FakeActuator, ScriptedSource, make_config
 
 # -- 5. every input error is one line and exit 2 ---------------------------------------------
 
 
 def config_data(tmp_path: Path, **sections) -> dict:
-    from .conftest import PROFILES
+    from ..conftest import PROFILES
 
     data = {
         "model": "dense_mlp",
@@ -83,7 +83,7 @@ def test_numbers_are_bounded(tmp_path, section, field, value, message):
 
 def test_every_range_is_stated_in_the_config_reference():
     """docs/sidecar.md's tables give each bounded field the same upper bound as RANGES."""
-    reference = (Path(__file__).parents[1] / "docs" / "sidecar.md").read_text()
+    reference = (Path(__file__).parents[2] / "docs" / "sidecar.md").read_text()
     rows: dict[str, str] = {}
     section = ""
     for line in reference.splitlines():
@@ -693,7 +693,7 @@ async def test_writes_queue_and_a_hung_one_fails_the_next_at_once():
 def cli_config(tmp_path: Path, **over) -> Path:
     from autobatch.lab.serve import free_port
 
-    from .conftest import PROFILES
+    from ..conftest import PROFILES
 
     dead = f"127.0.0.1:{free_port()}"  # nothing listens: every read is refused at once
     data = {

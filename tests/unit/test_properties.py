@@ -34,8 +34,8 @@ from autobatch.errors import ConfigError
 from autobatch.profiles import profile_from_mapping
 from autobatch.schedule import parse_schedule
 
-from .conftest import PROFILES
-from .test_controller_unit import Clock, FakeActuator, ScriptedSource, make_config
+from ..conftest import PROFILES
+from .test_controller import Clock, FakeActuator, ScriptedSource, make_config
 
 BUDGET = settings(
     max_examples=150, derandomize=True, database=None, deadline=None,
