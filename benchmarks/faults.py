@@ -60,6 +60,7 @@ from rich.console import Console
 from rich.table import Table
 
 from autobatch.curve import BatchCurve
+from autobatch.errors import ServeError
 from autobatch.lab import haproxy as launch
 from autobatch.lab.haproxy import HAProxyProcess, http_rewrite_config
 from autobatch.lab.process import ManagedProcess, poll_until
@@ -429,6 +430,14 @@ class Rig:
             data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
         return data
 
+    def loads_started(self) -> int:
+        """How many loads of the model Triton's log shows begun."""
+        try:
+            text = self.triton.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return 0
+        return text.count(f'loading: {MODEL}:')
+
     def live_preferred(self) -> list[int] | None:
         with contextlib.suppress(httpx.HTTPError, KeyError, ValueError):
             cfg = httpx.get(f"{self.triton.urls.http}/v2/models/{MODEL}/config", timeout=5).json()
@@ -616,9 +625,14 @@ def fault_sidecar_killed(rig: Rig) -> dict[str, Any]:
     cfg = rig.config(policy={"min_dwell_s": 20})
     with rig.running("killed-sidecar", cfg) as (sc, load, ready, watch):
         t0 = time.time()
+        loads = rig.loads_started()
         # The pin wakes the loop at once; a reload of this model takes a second or more.
         assert sc.pin("aggressive") == 200
-        wait_s(0.4)
+        in_flight = False
+        with contextlib.suppress(ServeError):
+            in_flight = bool(poll_until(lambda: rig.loads_started() > loads, timeout_s=10, interval_s=0.01,
+                                        what="Triton to start the load"))
+        wait_s(0.3)  # well inside the load (1.7-2.2 s here)
         sc.kill()
         killed = time.time()
         state = json.loads((Path(cfg["decision_log"] + ".state.json")).read_text())
@@ -635,12 +649,13 @@ def fault_sidecar_killed(rig: Rig) -> dict[str, Any]:
         lines = [json.loads(x) for x in again.decision_log.read_text().splitlines() if x.strip()]
         after = [ln for ln in lines if ln["ts"] > started and ln.get("actuation")]
         t1 = time.time()
-        out.did = (f"state file held pin {state.get('pin')!r}, last switch "
-                   f"{'set' if state.get('last_switch_s') else 'unset'}; restarted: pinned "
-                   f"{st.get('pinned')!r}, active {st.get('active_profile')}, restored "
-                   f"{st.get('restored')}, {len(after)} loads after the restart, switches "
-                   f"{st.get('switches')}")
-        out.details = {"state_at_kill": state, "restored": st.get("restored"),
+        restored = st.get("restored") or {}
+        seen = "load in flight" if in_flight else "load not seen"
+        out.did = (f"killed {killed - t0:.1f} s after the pin ({seen}); "
+                   f"the state file held pin {state.get('pin')!r} and the switch's start; restarted: pin "
+                   f"{restored.get('pin')!r} restored, {st.get('active_profile')} live, {len(after)} load(s) "
+                   f"after the restart, dwelling from its start")
+        out.details = {"state_at_kill": state, "restored": st.get("restored"), "load_in_flight": in_flight,
                        "actuations_after_restart": [ln["actuation"] for ln in after],
                        "killed_s_after_pin": round(killed - t0, 2), "live_preferred": rig.live_preferred()}
         out.survived = st.get("pinned") == "aggressive" and rig.live_preferred() == [8, 16, 32]
@@ -656,13 +671,15 @@ def fault_log_unwritable(rig: Rig) -> dict[str, Any]:
         assert pid is not None
         before, t0 = counters(sc), time.time()
         size = sc.decision_log.stat().st_size
-        # Every write past the file's current size fails (EFBIG), as on a full disk.
-        resource.prlimit(pid, resource.RLIMIT_FSIZE, (size, size))
+        # Every write past the file's current size fails (EFBIG), as on a full disk. Only the
+        # soft limit moves: raising a hard limit again needs CAP_SYS_RESOURCE.
+        hard = resource.prlimit(pid, resource.RLIMIT_FSIZE)[1]
+        resource.prlimit(pid, resource.RLIMIT_FSIZE, (size, hard))
         wait_s(10)
         st = sc.status() or {}
         mid = {"ticks": st.get("ticks"), "log_errors": (st.get("errors") or {}).get("log"),
                "healthz": status_code(sc.url + "/healthz")}
-        resource.prlimit(pid, resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        resource.prlimit(pid, resource.RLIMIT_FSIZE, (hard, hard))
         healed = time.time()
         grown = poll_until(lambda: sc.decision_log.stat().st_size > size, timeout_s=30,
                            what="a new decision log line")
@@ -672,7 +689,7 @@ def fault_log_unwritable(rig: Rig) -> dict[str, Any]:
         parse_ok = all(_parses(x) for x in lines if x.strip())
         # Full again, and SIGTERM meanwhile: the shutdown must not throw.
         size = sc.decision_log.stat().st_size
-        resource.prlimit(pid, resource.RLIMIT_FSIZE, (size, size))
+        resource.prlimit(pid, resource.RLIMIT_FSIZE, (size, hard))
         wait_s(3)
         t1 = time.time()
         d = delta(before, counters(sc))
