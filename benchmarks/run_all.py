@@ -28,6 +28,8 @@ BENCHMARKS = [
     ("footprint", "footprint", []),
     ("reload_vs_shift", "reload_vs_shift", ["--grpc-load-api"]),
     ("closed_loop", "closed_loop", []),
+    ("faults", "faults", []),
+    # soak.py (30 min) is not here: run it on its own (docs/benchmarks.md).
 ]
 
 
