@@ -354,9 +354,10 @@ class MetricsProxy:
         if self.mode == "slow":
             resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
             await resp.prepare(request)
-            for _ in range(600):  # a byte every 100 ms: only a deadline on the whole read ends it
-                await resp.write(b"#")
-                await asyncio.sleep(0.1)
+            with contextlib.suppress(ConnectionResetError):  # the sidecar gave up: as it should
+                for _ in range(600):  # a byte every 100 ms: only a deadline on the whole read ends it
+                    await resp.write(b"#")
+                    await asyncio.sleep(0.1)
             return resp
         if self.mode == "garbage":
             return web.Response(body=os.urandom(4096) + b'\nnv_inference_count{model=" 1 2 3\n',
@@ -611,7 +612,7 @@ def fault_reload_timeout(rig: Rig) -> dict[str, Any]:
         st = sc.status() or {}
         act = st.get("last_actuation") or {}
         d = delta(before, counters(sc))
-        out.did = (f"{act.get('reason')} after {act.get('duration_s')} s, rolled_back="
+        out.did = (f"{act.get('reason')} after {float(act.get('duration_s') or 0):.1f} s, rolled_back="
                    f"{act.get('rolled_back')}, back on {act.get('active')}; "
                    + describe(d, probe_story(watch, t0, t1)))
         out.details = {"counters": d, "last_actuation": act, "timeout_s": WIDE_TIMEOUT_S}
