@@ -81,11 +81,13 @@ class FakeActuator:
         self.live = live
         self.fail = fail or set()
         self.applied: list[str] = []
+        self.urgent: list[bool] = []
         self.reconcile_result: ActuationResult | None = None
         self.closed = False
 
-    async def apply(self, profile) -> ActuationResult:
+    async def apply(self, profile, *, urgent: bool = False) -> ActuationResult:
         self.applied.append(profile.name)
+        self.urgent.append(urgent)
         if profile.name in self.fail:
             return ActuationResult(profile.name, False, 0.5, "rejected", "refused", self.live, True)
         self.live = profile.name
@@ -136,28 +138,42 @@ async def test_switch_is_applied_counted_and_logged(tmp_path):
     await c.start()
     clock.t += cfg.policy.settle_s  # the start counts as a switch: windows settle after it
     decisions = await ticks(c, clock, 2)
-    assert [d.reason for d in decisions] == [Reason.STEADY, Reason.SATURATION]
-    assert act.applied == ["aggressive"] and c.state.active == "aggressive"
+    # 520/s completed and the backlog grew 40 in 1 s: 560/s arrive, over what latency-soft
+    # carries on the dense_mlp curve; balanced is the first rung that carries it x 1.25.
+    assert [d.reason for d in decisions] == [Reason.STEADY, Reason.OVERLOAD]
+    assert act.applied == ["balanced"] and c.state.active == "balanced"
+    assert act.urgent == [True]  # a survival move asks the actuator for its fast path
+    assert c.state.last_actuation_s == pytest.approx(0.25)
     get = c.registry.get_sample_value
     assert get("autobatch_switches_total",
-               {"model": "dense_mlp", "reason": "saturation", "to": "aggressive"}) == 1
+               {"model": "dense_mlp", "reason": "overload", "to": "balanced"}) == 1
     assert get("autobatch_window_value", {"model": "dense_mlp", "signal": "mean_queue_ms"}) == 80.0
+    assert get("autobatch_window_value", {"model": "dense_mlp", "signal": "arrival_rps"}) == 560.0
+    assert get("autobatch_window_value", {"model": "dense_mlp", "signal": "forecast_rps"}) is not None
+    caps = {p: get("autobatch_capacity_rps", {"model": "dense_mlp", "profile": p})
+            for p in ("latency-soft", "balanced", "aggressive")}
+    assert caps["latency-soft"] < 560.0 < caps["balanced"] < caps["aggressive"], caps
     await c.aclose()
     lines = [json.loads(x) for x in cfg.decision_log.read_text().splitlines()]
-    assert [ln["decision"]["reason"] for ln in lines] == ["steady", "saturation"]
+    assert [ln["decision"]["reason"] for ln in lines] == ["steady", "overload"]
+    assert [ln["decision"]["kind"] for ln in lines] == ["hold", "survival"]
     assert lines[1]["actuation"]["ok"] is True and lines[1]["window"]["mean_queue_ms"] == 80.0
-    assert lines[1]["active"] == "aggressive"
+    assert lines[1]["window"]["arrival_rps"] == 560.0
+    assert set(lines[1]["decision"]["signals"]) >= {"arrival_rps", "forecast_rps", "capacity_rps",
+                                                      "device_ms_per_request", "busy_share"}
+    assert lines[1]["active"] == "balanced"
 
 
 async def test_refused_profile_keeps_the_old_one_and_counts(tmp_path):
     clock = Clock()
-    act = FakeActuator(live="latency-soft", fail={"aggressive"})
+    act = FakeActuator(live="latency-soft", fail={"balanced"})
     c = Controller(make_config(tmp_path, min_dwell_s=30), ScriptedSource(clock, [SATURATED] * 4),
                    act, clock=clock)
     await c.start()
     clock.t += 30  # past the dwell the start begins
     decisions = await ticks(c, clock, 4)
-    assert act.applied == ["aggressive"]  # tried once, then the dwell holds it back
+    # Tried once; after a failure even a survival move waits out the dwell.
+    assert act.applied == ["balanced"]
     assert c.state.active == "latency-soft" and c.status.active == "latency-soft"
     assert [d.reason for d in decisions[1:]] == [Reason.SETTLING, Reason.SETTLING, Reason.DWELL]
     assert c.registry.get_sample_value(
@@ -172,7 +188,7 @@ async def test_signal_errors_hold_and_are_counted(tmp_path):
     c = Controller(make_config(tmp_path), ScriptedSource(clock, script), act, clock=clock)
     await c.start()
     decisions = await ticks(c, clock, 3)
-    assert [d.reason for d in decisions] == [Reason.NO_DATA, Reason.NO_DATA, Reason.SATURATION]
+    assert [d.reason for d in decisions] == [Reason.NO_DATA, Reason.NO_DATA, Reason.OVERLOAD]
     assert c.registry.get_sample_value(
         "autobatch_errors_total", {"model": "dense_mlp", "stage": "signals"}) == 2
 

@@ -35,7 +35,7 @@ def test_the_example_config_loads_as_documented():
     cfg = load_sidecar_config(EXAMPLE)
     assert cfg.model == "dense_mlp"
     assert [p.name for p in cfg.profiles] == ["triton-default", "efficient"]
-    assert cfg.policy.slo_p95_ms == 60 and cfg.interval_s == 2
+    assert cfg.policy.slo_p95_ms == 60 and cfg.interval_s == 1
     assert cfg.policy.confirmations == 2 and cfg.policy.min_dwell_s == 10
     assert cfg.policy.curve is not None and cfg.actuator.load_api == "grpc"
     assert (cfg.server.host, cfg.server.port) == ("127.0.0.1", 9400)
@@ -113,6 +113,15 @@ DELETE = object()
         ("policy.confirmations", 0, "policy.confirmations = 0: must be >= 1"),
         ("policy.headroom", 1.5, "policy.headroom = 1.5: must be a fraction in [0, 1]"),
         ("policy.interval_s", 0, "policy.interval_s = 0.0: must be >= 0.05"),
+        ("policy.busy_ceiling", 0, "policy.busy_ceiling = 0.0: must be a fraction in (0, 1]"),
+        ("policy.busy_ceiling", 1.2, "policy.busy_ceiling = 1.2: must be a fraction in [0, 1]"),
+        ("policy.forecast_beta", 0, "policy.forecast_beta = 0.0: must be a fraction in (0, 1]"),
+        ("policy.forecast", "yes", "policy.forecast = 'yes': must be true or false"),
+        ("policy.forecast_windows", 2, "policy.forecast_windows = 2: must be >= 3"),
+        ("policy.overload_windows", 0, "policy.overload_windows = 0: must be >= 1"),
+        ("policy.latency_tolerance", 0.3,
+         "policy.latency_tolerance = 0.3: must be below min_saving (0.15), or the ladder flaps"),
+        ("policy.forecast_z", -1, "policy.forecast_z = -1.0: must be >= 0"),
         ("policy.curve", "nope.yaml", "nope.yaml: file not found"),
         ("signals.source", "statsd", "signals.source = 'statsd': must be one of"),
         ("signals.source", "prometheus",

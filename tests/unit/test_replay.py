@@ -26,11 +26,12 @@ async def record_a_run(tmp_path, **policy):
     cfg = make_config(tmp_path, confirmations=2, min_dwell_s=4, **policy)
     script = ([{}] * 2 + [SATURATED] * 4 + [SignalError("refused")] + [SELF_WAIT] * 12
               + [SATURATED] * 3 + [{}] * 6)
-    act = FakeActuator(live="latency-soft", fail={"balanced"})
+    act = FakeActuator(live="latency-soft", fail={"aggressive"})
     c = Controller(cfg, ScriptedSource(clock, script), act, clock=clock)
     await c.start()
     await ticks(c, clock, 10)
-    act.reconcile_result = ActuationResult("aggressive", True, 2.0, "reapplied", "restart", "aggressive")
+    live = c.state.active
+    act.reconcile_result = ActuationResult(live, True, 2.0, "reapplied", "restart", live)
     await ticks(c, clock, 10)
     c.pin("latency-soft")
     await ticks(c, clock, 3)
@@ -44,7 +45,9 @@ async def test_a_decision_log_replays_to_the_same_decisions(tmp_path):
     cfg = await record_a_run(tmp_path)
     lines = cfg.decision_log.read_text().splitlines()
     recorded = [json.loads(x)["decision"]["reason"] for x in lines]
-    assert {"saturation", "pin", "no_data"} <= set(recorded)  # the run exercised the paths
+    assert {"overload", "pin", "no_data"} <= set(recorded)  # the run exercised the paths
+    outcomes = {json.loads(x)["actuation"]["ok"] for x in lines if json.loads(x)["actuation"]}
+    assert outcomes == {True, False}
     steps = replay(parse_trace(lines), cfg.policy)
     assert [s.agrees for s in steps] == [True] * len(lines), [
         (s.tick.recorded["reason"], s.decision.reason.value) for s in steps if not s.agrees
@@ -74,10 +77,9 @@ def test_watch_lines_replay_like_the_policy(tmp_path):
             "pending_requests": 0.0, "pending_delta": 0.0, "p95_ms": 10.0, **fields}))
     lines = [json.dumps(w.to_dict()) for w in windows]
     steps = replay(parse_trace(lines), cfg.policy)
-    assert [s.decision.reason for s in steps][:4] == [
-        Reason.STEADY, Reason.STEADY, Reason.CONFIRMING, Reason.SATURATION
-    ]
-    assert steps[3].active_after == "aggressive"
+    # Survival acts on the first overloaded window, confirmations or not.
+    assert [s.decision.reason for s in steps][:3] == [Reason.STEADY, Reason.STEADY, Reason.OVERLOAD]
+    assert steps[2].active_after == "balanced"
     assert all(s.agrees is None for s in steps)
 
 

@@ -80,8 +80,13 @@ class Actuator(Protocol):
     name: str
     """Short kind, used as a metric label: 'triton', 'gateway', 'dry-run'."""
 
-    async def apply(self, profile: Profile) -> ActuationResult:
-        """Make ``profile`` live, verify it, roll back on failure."""
+    async def apply(self, profile: Profile, *, urgent: bool = False) -> ActuationResult:
+        """Make ``profile`` live, verify it, roll back on failure.
+
+        ``urgent``: the policy moves to survive (the live profile cannot carry the
+        load). An actuator with a faster, less cautious path takes it (the gateway
+        shifts straight to the target weight); the others ignore it.
+        """
         ...
 
     async def live_profile(self) -> str | None:

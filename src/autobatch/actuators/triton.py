@@ -355,7 +355,7 @@ class TritonReloadActuator:
         return self._last_good.name if self._last_good else None
 
     # -- the protocol ----------------------------------------------------------------
-    async def apply(self, profile: Profile) -> ActuationResult:
+    async def apply(self, profile: Profile, *, urgent: bool = False) -> ActuationResult:
         async with self._lock:
             t0 = self.clock()
             try:

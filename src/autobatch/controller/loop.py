@@ -236,6 +236,7 @@ class Controller:
 
         now = self.clock()
         decision, self.state = decide(list(self.history), self.state, cfg.policy, now)
+        self._observe_decision(decision)
         self.status.desired = self.state.active
         self.metrics.decisions.labels(cfg.model, decision.action.value, decision.reason.value).inc()
         self.status.last_decision = decision.to_dict()
@@ -243,9 +244,10 @@ class Controller:
         if decision.action is Action.SWITCH:
             # Saved before the reload starts: a sidecar killed mid-switch dwells after its restart.
             await self._persist(last_switch_s=now)
-            actuation = await self._apply(decision.target, reason=decision.reason.value)
+            actuation = await self._apply(decision.target, reason=decision.reason.value,
+                                          urgent=decision.reason.kind == "survival")
             if actuation is not None and actuation.ok:
-                self.state = self.state.switched(decision.target, self.clock())
+                self.state = self.state.switched(decision.target, self.clock(), actuation.duration_s)
                 self.metrics.switches.labels(cfg.model, decision.reason.value, decision.target).inc()
                 self.status.switches += 1
             else:
@@ -332,10 +334,12 @@ class Controller:
             self._log.reopen()
 
     # -- helpers -------------------------------------------------------------------------
-    async def _apply(self, name: str, *, reason: str) -> ActuationResult | None:
+    async def _apply(self, name: str, *, reason: str, urgent: bool = False) -> ActuationResult | None:
         cfg = self.config
         profile = cfg.profile(name)
-        result = await self._call(self.actuator.apply(profile), "actuate", f"applying {name}")
+        # A survival move asks for the actuator's fast path; others keep the plain call.
+        call = self.actuator.apply(profile, urgent=True) if urgent else self.actuator.apply(profile)
+        result = await self._call(call, "actuate", f"applying {name}")
         if result is None:
             self.metrics.actuation_failures.labels(cfg.model, "error").inc()
             return None
@@ -427,8 +431,20 @@ class Controller:
                 "p95_ms": w.p95_ms,
                 "p99_ms": w.p99_ms,
                 "utilization": w.utilization,
+                "device_ms_per_request": w.device_ms_per_request,
+                "busy_share": w.busy_share,
+                "arrival_rps": None if w.stale else w.arrival_rps,
             }
         )
+
+    def _observe_decision(self, d: Decision) -> None:
+        """The policy's own figures: the forecast and each profile's capacity (a hold on
+        stale or missing data carries neither, and the gauges keep their last values)."""
+        sig = d.signals
+        if "forecast_rps" in sig:
+            self.metrics.observe_window({"forecast_rps": sig.get("forecast_rps")})
+        if isinstance(sig.get("capacity_rps"), dict):
+            self.metrics.observe_capacity(sig["capacity_rps"])
 
     async def _record(
         self,

@@ -128,6 +128,13 @@ class ControllerMetrics:
             ["model", "profile"],
             registry=registry,
         )
+        self.capacity = Gauge(
+            "autobatch_capacity_rps",
+            "What each profile of the ladder carries on this machine now, in requests/s: its "
+            "batch curve's capacity scaled by the live busy share (NaN without a curve).",
+            ["model", "profile"],
+            registry=registry,
+        )
         # Every failure reason and every switch at 0 from the start: increase() does not
         # count the first sample of a series, so a series born at 1 would hide its event.
         for reason in FAILURE_REASONS:
@@ -187,6 +194,11 @@ class ControllerMetrics:
     def set_active(self, name: str | None) -> None:
         for p in self.profiles:
             self.active.labels(self.model, p).set(1 if p == name else 0)
+
+    def observe_capacity(self, capacities: dict[str, float | None]) -> None:
+        for p in self.profiles:
+            value = capacities.get(p)
+            self.capacity.labels(self.model, p).set(math.nan if value is None else float(value))
 
     def observe_window(self, values: dict[str, float | None]) -> None:
         for key, value in values.items():

@@ -172,7 +172,8 @@ def _after_switch(state: State, decision: Decision, tick: TraceTick) -> State:
     landed = (tick.state_after or {}).get("last_switch_s")
     done_s = float(landed) if landed is not None else decision.at_s + float(act.get("duration_s") or 0)
     if act.get("ok"):
-        return state.switched(decision.target, done_s)
+        took = act.get("duration_s")
+        return state.switched(decision.target, done_s, None if took is None else float(took))
     back = act.get("active") or decision.current
     state = state.switch_failed(back, done_s)
     if decision.reason.value == "pin":

@@ -1,5 +1,6 @@
 """The policy: which profile should be live, and why. Pure: no clock, no I/O, no logging."""
 
+from autobatch.policy.capacity import batch_estimate, device_ms_estimate, live_factor
 from autobatch.policy.core import (
     Action,
     Decision,
@@ -11,15 +12,21 @@ from autobatch.policy.core import (
     decide,
     floor_capacity_rps,
 )
+from autobatch.policy.forecast import Forecast, holt
 
 __all__ = [
     "Action",
     "Decision",
+    "Forecast",
     "Observation",
     "PolicySettings",
     "Reason",
     "State",
+    "batch_estimate",
     "capacity_rps",
     "decide",
+    "device_ms_estimate",
     "floor_capacity_rps",
+    "holt",
+    "live_factor",
 ]

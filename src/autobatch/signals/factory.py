@@ -72,6 +72,9 @@ class SignalSettings:
     max_bytes: int = DEFAULT_MAX_BYTES
     """The most one scrape may send (``max_scrape_bytes``); past it the window is stale
     (``too_large``), so a broken or hostile endpoint cannot fill the sidecar's memory."""
+    instances_per_replica: int | None = None
+    """Prometheus: the model's execution instances on each replica, for the busy share
+    (Prometheus does not carry the model config). The direct source reads it from Triton."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,7 @@ def _raw_source(settings: SignalSettings, target: ReadTarget, clock: Callable[[]
             timeout_s=settings.timeout_s,
             max_age_s=settings.max_age_s,
             max_bytes=settings.max_bytes,
+            instances_per_replica=settings.instances_per_replica,
         )
     return TritonSource(
         target.http_url,

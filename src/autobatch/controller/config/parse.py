@@ -54,7 +54,8 @@ from autobatch.signals.http import DEFAULT_MAX_BYTES
 __all__ = ["load_sidecar_config", "parse_listen", "sidecar_config_from_mapping"]
 
 _EXCLUSIVE_ZERO = {"slo.p95_ms", "slo.p99_ms", "policy.max_window_age_s", "signals.range_s",
-                   "signals.timeout_s", "actuator.timeout_s", "server.request_timeout_s"}
+                   "signals.timeout_s", "actuator.timeout_s", "server.request_timeout_s",
+                   "policy.busy_ceiling", "policy.forecast_alpha", "policy.forecast_beta"}
 
 
 def _path(base: Path, value: str | None) -> Path | None:
@@ -188,15 +189,20 @@ def _parse_slo(sec: Section) -> _Slo:
 
 
 _POLICY_FLOATS = (
-    "headroom", "util_ceiling", "min_dwell_s", "settle_s", "p95_settle_s", "stabilization_s",
+    "min_dwell_s", "settle_s", "p95_settle_s", "stabilization_s",
     "max_window_age_s", "near_delay_ratio", "saturation_delay_ratio", "saturation_min_queue_ms",
-    "capacity_margin", "min_gain", "failure_rps_threshold",
+    "capacity_margin", "min_gain", "failure_rps_threshold", "overload_ratio",
+    "overload_backlog_ratio", "forecast_z", "default_actuation_s",
+)
+_POLICY_FRACTIONS = (
+    "headroom", "util_ceiling", "busy_ceiling", "live_min_busy", "forecast_alpha", "forecast_beta",
+    "min_saving", "latency_tolerance",
 )
 
 
 def _parse_policy(sec: Section, base: Path, profiles: _Ladder, slo: _Slo) -> tuple[PolicySettings, _Loop]:
     loop = _Loop(
-        interval_s=_bounded(sec, "interval_s", 2.0),
+        interval_s=_bounded(sec, "interval_s", 1.0),
         history_windows=_bounded(sec, "history_windows", 30),
     )
     curve: BatchCurve | None = None
@@ -205,14 +211,14 @@ def _parse_policy(sec: Section, base: Path, profiles: _Ladder, slo: _Slo) -> tup
         curve = load_curve(curve_path)
     defaults = PolicySettings.__dataclass_fields__
     kwargs: dict[str, Any] = {}
-    for key in _POLICY_FLOATS:
-        if key in ("headroom", "util_ceiling"):
-            kwargs[key] = sec.float(key, defaults[key].default, min=0.0)
-            if kwargs[key] > 1.0:
-                raise sec.fail(key, kwargs[key], "must be a fraction in [0, 1]")
-        else:
-            kwargs[key] = _bounded(sec, key, defaults[key].default)
-    kwargs["confirmations"] = _bounded(sec, "confirmations", defaults["confirmations"].default)
+    for key in _POLICY_FLOATS + _POLICY_FRACTIONS:
+        kwargs[key] = _bounded(sec, key, defaults[key].default)
+    if kwargs["latency_tolerance"] >= kwargs["min_saving"]:
+        raise sec.fail("latency_tolerance", kwargs["latency_tolerance"],
+                       f"must be below min_saving ({kwargs['min_saving']:g}), or the ladder flaps")
+    for key in ("confirmations", "overload_windows", "forecast_windows"):
+        kwargs[key] = _bounded(sec, key, defaults[key].default)
+    kwargs["forecast"] = sec.bool("forecast", defaults["forecast"].default)
     reasons = sec.raw("failure_reasons", list(defaults["failure_reasons"].default))
     if not isinstance(reasons, list) or not all(isinstance(r, str) for r in reasons):
         raise sec.fail("failure_reasons", reasons, "must be a list of Triton failure reasons")
@@ -242,6 +248,7 @@ def _parse_signals(sec: Section, loop: _Loop, policy: PolicySettings) -> SignalS
         timeout_s=_bounded(sec, "timeout_s", 2.0),
         max_age_s=policy.max_window_age_s,
         max_bytes=_bounded(sec, "max_scrape_bytes", DEFAULT_MAX_BYTES),
+        instances_per_replica=_bounded(sec, "instances_per_replica", None),
     )
     if signals.source == "prometheus" and not signals.prometheus_url:
         raise sec.fail("prometheus_url", None, "is required when source is prometheus")

@@ -1,0 +1,148 @@
+"""What each profile carries and what it costs in device time, from the curve and the live windows.
+
+Pure: values in, values out.
+
+* :func:`capacity_rps`: items/s a profile sustains with a deep queue (its
+  largest preferred batch over that batch's time on the curve, times its
+  instances); :func:`floor_capacity_rps`: what it carries without a backlog.
+* :func:`live_factor`: the curve is measured on a quiet machine, with the
+  model's compute time only. Under load the same batches take longer, and the
+  instances also spend time on input and output copies and between
+  executions, so the curve overstates capacity (latency-soft "carried" 292/s by
+  its curve and breached at 240/s under load). The factor is the busy time the
+  curve predicts for the window's executions over the busy time the window
+  measured, times ``busy_ceiling`` (the busy share at which a profile is full):
+  every profile's capacity is scaled by it.
+* :func:`batch_estimate` and :func:`device_ms_estimate`: the batch a profile
+  forms at an arrival rate, and the device time per request that costs; the
+  efficiency rules compare profiles with them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from autobatch.curve import BatchCurve
+from autobatch.profiles import Profile
+
+__all__ = [
+    "batch_estimate",
+    "batch_ms",
+    "capacity_rps",
+    "device_ms_estimate",
+    "floor_capacity_rps",
+    "live_factor",
+]
+
+
+def capacity_rps(profile: Profile, curve: BatchCurve | None) -> float | None:
+    """Items per second the profile sustains when the queue never empties.
+
+    With a deep queue Triton sends the largest preferred batch every time, so
+    the capacity is that batch over its run time, times the instance count.
+    This is what a saturated server gains by switching to the profile.
+    """
+    if curve is None:
+        return None
+    b = max(profile.effective_preferred)
+    instances = profile.instance_count or 1
+    return curve.throughput_rps(b) * instances
+
+
+def floor_capacity_rps(profile: Profile, curve: BatchCurve | None) -> float | None:
+    """Items per second the profile carries *without* building a deep queue.
+
+    At the margin the queue holds only a few requests when an instance frees,
+    and Triton sends the largest preferred size it can form, often the smallest
+    one. So a load below the worst of the preferred sizes' throughputs is
+    carried with batches formed on the spot; above it, only a backlog builds
+    the larger batches. Stepping toward latency checks this one, so a step down
+    under load does not land on a profile that saturates.
+    """
+    if curve is None:
+        return None
+    instances = profile.instance_count or 1
+    return min(curve.throughput_rps(b) for b in profile.effective_preferred) * instances
+
+
+def batch_ms(curve: BatchCurve, b: float) -> float:
+    """The curve's time of a batch of ``b`` (a mean, so not always whole): linear
+    between the whole sizes around it."""
+    b = max(1.0, b)
+    lo = math.floor(b)
+    t_lo = curve.ms(lo)
+    if b == lo:
+        return t_lo
+    return t_lo + (b - lo) * (curve.ms(lo + 1) - t_lo)
+
+
+def live_factor(
+    history: Sequence[Any],
+    curve: BatchCurve | None,
+    *,
+    busy_ceiling: float,
+    min_busy_share: float,
+) -> tuple[float | None, float | None]:
+    """``(factor, busy_share)`` from the newest window busy enough to measure it.
+
+    ``factor`` scales the curve's capacities to this machine now: the busy
+    instance-seconds the curve predicts for the window's executions (its
+    execution rate times the curve's time at its mean batch) over the busy
+    instance-seconds measured, times ``busy_ceiling``, and never above 1 (the
+    curve is the optimistic prior, the live data only ever lowers it). A window
+    whose instances were busy less than ``min_busy_share`` of the time says too
+    little (a few batches of one), so older windows are searched; (None, None)
+    when none qualifies.
+    """
+    if curve is None:
+        return None, None
+    for w in reversed(history):
+        if getattr(w, "stale", False):
+            continue
+        share = getattr(w, "busy_share", None)
+        busy = getattr(w, "busy_instances", None)
+        b = w.mean_batch_size
+        if share is None or busy is None or b is None or busy <= 0 or share < min_busy_share:
+            continue
+        predicted = w.exec_rps * batch_ms(curve, b) / 1000.0
+        if not (predicted > 0 and math.isfinite(predicted)):
+            continue
+        return min(1.0, predicted / busy * busy_ceiling), share
+    return None, None
+
+
+def _greedy_batch(rate_rps: float, profile: Profile, curve: BatchCurve, cap: int) -> float:
+    """The batch a free instance finds queued when it takes whatever is there: the
+    arrivals during one execution (spread over the instances), at least one."""
+    n = profile.instance_count or 1
+    b = 1.0
+    for _ in range(30):
+        nxt = min(float(cap), max(1.0, rate_rps * batch_ms(curve, b) / 1000.0 / n))
+        if abs(nxt - b) < 1e-3:
+            return nxt
+        b = nxt
+    return b
+
+
+def batch_estimate(profile: Profile, rate_rps: float, curve: BatchCurve) -> float:
+    """The mean batch ``profile`` forms at ``rate_rps`` arrivals: a rough model of
+    Triton's batcher, for comparing profiles (the simulator in ``autobatch.plan``
+    is the exact one).
+
+    An instance that frees takes what queued while it ran (the greedy batch);
+    a profile with a max queue delay also waits for a preferred size, so its
+    batch holds what arrives within the delay too. Either way it is capped at
+    the largest preferred size.
+    """
+    largest = max(profile.effective_preferred)
+    greedy = _greedy_batch(rate_rps, profile, curve, largest)
+    waited = 1.0 + rate_rps * profile.max_queue_delay_us / 1e6
+    return max(1.0, min(float(largest), max(greedy, waited)))
+
+
+def device_ms_estimate(profile: Profile, rate_rps: float, curve: BatchCurve) -> float:
+    """Device ms per request ``profile`` spends at ``rate_rps``: its batch's time over its size."""
+    b = batch_estimate(profile, rate_rps, curve)
+    return batch_ms(curve, b) / b
