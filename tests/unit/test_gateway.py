@@ -649,3 +649,55 @@ async def test_with_prometheus_each_variant_is_its_pool_selector(tmp_path):
     assert (await signals.window(baseline)).p95_ms == 40.0
     with pytest.raises(ScrapeError):
         await signals.window(baseline)
+
+
+# -- the fast path: survival moves shift at once, judged against the variant they leave ------
+
+
+@pytest.mark.parametrize(
+    ("window", "reference", "ok", "reason"),
+    [
+        # over the limits, but better than the saturated variant over the same step: keep it
+        (win(mean_request_ms=80.0, p95_ms=90.0), win(mean_request_ms=400.0, p95_ms=900.0), True,
+         "better"),
+        # worse than the variant it relieves: roll back
+        (win(mean_request_ms=500.0), win(mean_request_ms=400.0), False, "mean"),
+        (win(p95_ms=950.0), win(p95_ms=900.0), False, "p95"),
+        # failures fail, whatever the other variant did
+        (win(failure_rps={"REJECTED": 1.0}), win(mean_request_ms=400.0), False, "failures"),
+        # a reference that cannot be trusted (or none): the limits alone
+        (win(mean_request_ms=80.0), win(stale=True, stale_reason="counter_reset"), False, "mean"),
+        (win(mean_request_ms=80.0), None, False, "mean"),
+        (win(), win(mean_request_ms=400.0), True, "ok"),
+    ],
+)
+def test_judge_against_the_variant_the_traffic_left(window, reference, ok, reason):
+    verdict = judge(window, G, reference=reference)
+    assert (verdict.ok, verdict.reason) == (ok, reason), verdict.message
+
+
+async def test_an_urgent_shift_goes_straight_to_the_target_weight(ladder):
+    gateway = FakeGateway({"lat": 100, "thr": 0})
+    saturated = win(mean_request_ms=400.0, p95_ms=900.0)
+    signals = {"latency-soft": FakeSignals([saturated]),
+               "aggressive": FakeSignals([win(mean_request_ms=80.0, p95_ms=90.0)])}
+    act, sleeps, _ = make(ladder, gateway, signals, step_dwell_s=1.5)
+    result = await act.apply(ladder[1], urgent=True)
+    assert result.ok and result.active == "aggressive", result.message
+    assert "at once" in result.message
+    assert gateway.writes == [{"lat": 0, "thr": 100}] and sleeps == [1.5]
+    # the variant the traffic left is read over the same step, as the reference
+    assert signals["latency-soft"].begun == 1
+    (step,) = act.steps_taken()
+    assert step.verdict is not None and step.verdict.reason == "better"
+
+
+async def test_an_urgent_shift_that_made_things_worse_rolls_back(ladder):
+    gateway = FakeGateway({"lat": 100, "thr": 0})
+    signals = {"latency-soft": FakeSignals([win(mean_request_ms=100.0)]),
+               "aggressive": FakeSignals([win(mean_request_ms=300.0)])}
+    act, _, _ = make(ladder, gateway, signals)
+    result = await act.apply(ladder[1], urgent=True)
+    assert not result.ok and result.rolled_back and result.active == "latency-soft"
+    assert "over the 100.0 ms of the one it left" in result.message
+    assert gateway.writes == [{"lat": 0, "thr": 100}, {"lat": 100, "thr": 0}]

@@ -34,6 +34,7 @@ waits the dwell and reads the variants' signals.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -76,14 +77,28 @@ class Guard:
     async def begin(self, profile: str) -> Any:
         return await self.signals[profile].begin()
 
-    async def check(self, profile: str, baseline: Any, gateway_errors: float | None) -> Verdict:
+    async def check(
+        self,
+        profile: str,
+        baseline: Any,
+        gateway_errors: float | None,
+        reference: tuple[str, Any] | None = None,
+    ) -> Verdict:
+        """Judge ``profile`` over the step since ``baseline``; with ``reference``
+        (``(profile, baseline)`` of the variant the traffic left), against that one."""
         sig = self.signals[profile]
         try:
             window = await sig.window(baseline)
         except SignalError as exc:
             return Verdict(False, "unreachable", f"its signals cannot be read: {exc}")
+        ref_window = None
+        if reference is not None:
+            # Without the reference the step is judged on the limits alone: stricter.
+            with contextlib.suppress(SignalError):
+                ref_window = await self.signals[reference[0]].window(reference[1])
         return judge(
-            window, self.settings, p95_before_ms=sig.p95_ms(baseline), gateway_errors=gateway_errors
+            window, self.settings, p95_before_ms=sig.p95_ms(baseline), gateway_errors=gateway_errors,
+            reference=ref_window,
         )
 
     async def aclose(self) -> None:
@@ -163,7 +178,15 @@ class GatewayActuator:
         self._by_target = {v.target: v.profile for v in self.variants.values()}
 
     # -- the protocol ----------------------------------------------------------------------
-    async def apply(self, profile: Profile) -> ActuationResult:
+    async def apply(self, profile: Profile, *, urgent: bool = False) -> ActuationResult:
+        """Shift the traffic onto ``profile``'s variant, in guarded steps.
+
+        ``urgent`` (the policy's survival moves: the live variant is saturated) skips
+        the intermediate steps and writes the target weights at once: every step
+        would leave most of the traffic on the variant that cannot carry it. The
+        guard still judges the one step, against the variant the traffic left, and
+        rolls back if the shift made things worse.
+        """
         async with self._lock:
             t0 = self.clock()
             variant = self.variants.get(profile.name)
@@ -177,7 +200,8 @@ class GatewayActuator:
                 weights = await self._read()
             except GatewayFailure as exc:
                 return self._result(profile, t0, ok=False, reason=exc.reason, message=str(exc))
-            return await self._shift(profile, variant, weights, t0, ok_reason="applied")
+            return await self._shift(profile, variant, weights, t0, ok_reason="applied",
+                                     urgent=urgent)
 
     async def live_profile(self) -> str | None:
         """The profile whose variant holds the majority of the traffic; None if none does."""
@@ -249,9 +273,19 @@ class GatewayActuator:
 
     # -- the shift -------------------------------------------------------------------------
     async def _shift(
-        self, profile: Profile, variant: Variant, weights: dict[str, float], t0: float, *, ok_reason: str
+        self,
+        profile: Profile,
+        variant: Variant,
+        weights: dict[str, float],
+        t0: float,
+        *,
+        ok_reason: str,
+        urgent: bool = False,
     ) -> ActuationResult:
         plan = plan_shift(weights, variant.target, self.steps)
+        source = self._live(weights)
+        if urgent and len(plan) > 1:
+            plan = plan[-1:]
         if not plan:
             return self._result(
                 profile, t0, ok=True, reason="unchanged", active=profile.name,
@@ -283,6 +317,10 @@ class GatewayActuator:
                         why=f"the signals of {variant.model} cannot be read ({exc}); "
                         "it gets no traffic it cannot be watched with",
                     )
+            reference = None
+            if urgent and self.guard is not None and source is not None and source != profile.name:
+                with contextlib.suppress(AutobatchError):
+                    reference = (source, await self.guard.begin(source))
             errors0 = await self._gateway_errors(variant.target)
             record = StepRecord(profile.name, step, self.clock())
             try:
@@ -308,7 +346,7 @@ class GatewayActuator:
                 await self.sleep(self.step_dwell_s)
             errors1 = await self._gateway_errors(variant.target)
             delta = errors1 - errors0 if errors0 is not None and errors1 is not None else None
-            verdict = await self.guard.check(profile.name, baseline, delta)
+            verdict = await self.guard.check(profile.name, baseline, delta, reference)
             self._history.append(StepRecord(profile.name, step, record.started_s, verdict))
             if not verdict.ok:
                 return await self._roll_back(
@@ -316,9 +354,10 @@ class GatewayActuator:
                     why=f"guard: at {describe_step(step)}, {variant.model} {verdict.message}",
                 )
             log.info("gateway: %s at %s: %s", variant.target, describe_step(step), verdict.message)
+        how = " at once (urgent: the live variant was saturated)" if urgent else ""
         return self._result(
             profile, t0, ok=True, reason=ok_reason, active=profile.name,
-            message=f"traffic shifted onto {variant.target} ({variant.model}) in "
+            message=f"traffic shifted onto {variant.target} ({variant.model}){how} in "
             f"{len(plan)} step{'s' if len(plan) != 1 else ''}: {' -> '.join(done)}",
         )
 

@@ -197,7 +197,7 @@ class GuardSettings:
 class Verdict:
     ok: bool
     reason: str
-    """'ok', 'no_traffic', 'stale', 'unreachable', 'failures', 'gateway_errors', 'mean', 'p95'."""
+    """'ok', 'better', 'no_traffic', 'stale', 'unreachable', 'failures', 'gateway_errors', 'mean', 'p95'."""
     message: str
     requests: float = 0.0
     """Requests the variant completed during the step (successful or failed)."""
@@ -211,12 +211,19 @@ def judge(
     *,
     p95_before_ms: float | None = None,
     gateway_errors: float | None = None,
+    reference: Any = None,
 ) -> Verdict:
     """The verdict on one step from the receiving variant's window over it.
 
     ``window`` is an :class:`~autobatch.signals.Window` (or anything with its
     fields); ``p95_before_ms`` its summary p95 just before the step;
     ``gateway_errors`` the gateway's own failed requests to it during the step.
+
+    ``reference``: the window, over the same step, of the variant the traffic was
+    moved away from (an urgent shift, when that variant was saturated). Latency
+    over the limits then fails the step only when it is also worse than the
+    reference's: a shift out of an overload is judged on whether it made things
+    worse, not on whether the overload is already gone. Failures always fail.
     Pure: no clock, no I/O.
     """
     if window.stale:
@@ -256,21 +263,33 @@ def judge(
             f"{max(settings.min_requests, 1)}): nothing to judge",
             **figures,
         )
+    ref = reference if reference is not None and not reference.stale else None
+    ref_mean = None if ref is None else ref.mean_request_ms
+    ref_p95 = None if ref is None else ref.p95_ms
     mean_limit = settings.mean_ms if settings.mean_ms is not None else settings.p95_ms
-    if mean is not None and mean > mean_limit:
+    if mean is not None and mean > mean_limit and (ref_mean is None or mean > ref_mean):
+        than = "" if ref_mean is None else f" and over the {ref_mean:.1f} ms of the one it left"
         return Verdict(
             False, "mean",
-            f"its mean request time over the step was {mean:.1f} ms, over {mean_limit:g} ms",
+            f"its mean request time over the step was {mean:.1f} ms, over {mean_limit:g} ms"
+            f"{than}",
             **figures,
         )
     if p95 is not None and p95 > settings.p95_ms:
         rose = p95_before_ms is None or p95_before_ms <= settings.p95_ms or p95 > p95_before_ms + 1e-6
-        if rose:
+        if rose and (ref_p95 is None or p95 > ref_p95):
             return Verdict(
                 False, "p95",
                 f"its p95 is {p95:.1f} ms, over {settings.p95_ms:g} ms",
                 **figures,
             )
+    if ref is not None and mean is not None and mean > mean_limit:
+        return Verdict(
+            True, "better",
+            f"{requests:.0f} requests, mean {mean:.1f} ms: over {mean_limit:g} ms, but under the "
+            f"{ref_mean:.1f} ms of the saturated variant it relieves",
+            **figures,
+        )
     mean_txt = "-" if mean is None else f"{mean:.1f} ms"
     p95_txt = "-" if p95 is None else f"{p95:.1f} ms"
     return Verdict(
