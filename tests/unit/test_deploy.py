@@ -150,7 +150,7 @@ def test_triton_follows_the_official_image_conventions(rendered):
             assert "--model-control-mode=explicit" in args
             assert "--metrics-config=summary_latencies=true" in args
             (interval,) = [a for a in args if a.startswith("--metrics-interval-ms=")]
-            assert int(interval.split("=")[1]) <= 1000
+            assert int(interval.split("=")[1]) <= 500
 
 
 def _sidecars(objects: list[dict]) -> list[tuple[dict, dict]]:
