@@ -79,7 +79,8 @@ def build() -> dict[str, Any]:
               [(f"sum by (profile) (autobatch_active_profile{{{M}}})", "{{profile}}")],
               unit="none", stack=True, x=0, y=6),
         panel(3, "Switches by reason",
-              "Profile switches applied, by the policy's reason (saturation, slo_breach, headroom, "
+              "Profile switches applied, by the policy's reason (overload, forecast, saturation, "
+              "efficiency, low_load, slo_breach, "
               "self_inflicted_wait, failures, pin, ...).",
               [(f"sum by (reason) (increase(autobatch_switches_total{{{M}}}[{rate}]))", "{{reason}}")],
               unit="short", bars=True, x=12, y=6),

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from autobatch.actuators.base import REASONS
+from autobatch.policy import Reason
 from autobatch.profiles import Profile
 
 __all__ = ["FAILURE_REASONS", "STAGES", "ControllerMetrics"]
@@ -23,7 +24,7 @@ _OK_REASONS = ("applied", "unchanged", "reapplied", "dry_run")
 FAILURE_REASONS = (*[r for r in REASONS if r not in _OK_REASONS], "error")
 """Every reason ``autobatch_actuation_failures_total`` counts (``error``: the actuator raised)."""
 
-SWITCH_REASONS = ("headroom", "self_inflicted_wait", "slo_breach", "failures", "saturation", "pin")
+SWITCH_REASONS = tuple(r.value for r in Reason if r.kind != "hold")
 """The policy's reasons that switch (:class:`autobatch.policy.Reason`): each, toward each
 profile, starts at 0, so ``increase(autobatch_switches_total[...])`` counts a first switch."""
 
