@@ -371,9 +371,11 @@ async def test_a_restart_honours_the_pin_and_dwells_before_its_first_switch(tmp_
     saved = json.loads(cfg.state_file.read_text())
     assert (saved["pin"], saved["active"]) == ("balanced", "balanced")
 
-    # Restarted: the pin comes back; unpinned, the saturated load waits out the dwell.
+    # Restarted: the pin comes back; unpinned, a step back toward latency waits out the
+    # dwell (a survival move would not: an overload does not wait for a dwell).
     clock.t += 100
-    c2 = Controller(cfg, ScriptedSource(clock, [SATURATED] * 20), act, clock=clock)
+    self_wait = dict(inference_rps=20.0, mean_batch_size=1.2, mean_queue_ms=19.0, p95_ms=30.0)
+    c2 = Controller(cfg, ScriptedSource(clock, [self_wait] * 20), act, clock=clock)
     await c2.start()
     assert c2.status.pinned == "balanced" and c2.status.restored["pin"] == "balanced"
     assert act.applied == ["balanced"]  # the live profile is adopted, not re-applied

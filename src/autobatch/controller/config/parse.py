@@ -211,8 +211,14 @@ def _parse_policy(sec: Section, base: Path, profiles: _Ladder, slo: _Slo) -> tup
         curve = load_curve(curve_path)
     defaults = PolicySettings.__dataclass_fields__
     kwargs: dict[str, Any] = {}
-    for key in _POLICY_FLOATS + _POLICY_FRACTIONS:
+    for key in _POLICY_FLOATS:
         kwargs[key] = _bounded(sec, key, defaults[key].default)
+    for key in _POLICY_FRACTIONS:
+        kwargs[key] = sec.float(key, defaults[key].default, min=0.0)
+        if kwargs[key] > 1.0:
+            raise sec.fail(key, kwargs[key], "must be a fraction in [0, 1]")
+        if key in ("busy_ceiling", "forecast_alpha", "forecast_beta") and kwargs[key] <= 0.0:
+            raise sec.fail(key, kwargs[key], "must be a fraction in (0, 1]")
     if kwargs["latency_tolerance"] >= kwargs["min_saving"]:
         raise sec.fail("latency_tolerance", kwargs["latency_tolerance"],
                        f"must be below min_saving ({kwargs['min_saving']:g}), or the ladder flaps")
