@@ -27,7 +27,12 @@ BENCHMARKS = [
     ("sdk", "sdk", []),
     ("footprint", "footprint", []),
     ("reload_vs_shift", "reload_vs_shift", ["--grpc-load-api"]),
-    ("closed_loop", "closed_loop", []),
+    ("ladder", "ladder", []),
+    ("switching_map", "switching_map", []),
+    # The closed loop in parts, one schedule and instance count each (the README shows the
+    # newest run of each command line, so these are the lines to re-run).
+    *[(f"closed_loop-{s}-{n}", "closed_loop", ["--schedule", s, "--instances", str(n)])
+      for n in (1, 2) for s in ("step", "bursty", "ramp", "rise-fall")],
     ("faults", "faults", []),
     # soak.py (30 min) is not here: run it on its own (docs/benchmarks.md).
 ]
