@@ -778,3 +778,27 @@ async def test_replay_agrees_with_a_sidecar_that_dwelt_after_its_start(tmp_path)
     assert Reason.SETTLING in [d.reason for d in decisions] and any(d.switch for d in decisions)
     steps = replay(parse_trace(cfg.decision_log.read_text().splitlines()), cfg.policy)
     assert all(s.agrees for s in steps), [(s.tick.now_s, s.decision.message) for s in steps if not s.agrees]
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="this machine has no IPv6 loopback")
+async def test_the_control_api_listens_on_ipv6(tmp_path):
+    c, server, _ = await control_server(tmp_path)
+    await server.stop()
+    server6 = ControlServer(c, "::1", 0, b"s3cret")
+    await server6.start()
+    try:
+        assert server6.url.startswith("http://[::1]:")
+        async with httpx.AsyncClient(base_url=server6.url) as http:
+            assert (await http.get("/healthz")).status_code == 200
+    finally:
+        await server6.stop()
+        await c.aclose()
