@@ -7,6 +7,7 @@ timing they assert is the rate accounting (sent within 5% of the target).
 from __future__ import annotations
 
 import asyncio
+import math
 import io
 import json
 import sys
@@ -213,10 +214,13 @@ async def test_stop_flag_ends_the_run_early() -> None:
     assert stopped_at is not None and stopped_at < 30
     assert 5 <= len(records) < 3000
     assert {r.outcome for r in records} == {"ok"}
-    phases, total = summarize(schedule, records, ran_s=stopped_at)
+    # Stopping early must not read as sending too few. The send-lag half of the check is
+    # off here: on a loaded machine the event loop itself can lag (test_behind_flag_* has it).
+    no_lag_check = BehindLimits(max_lag_p99_ms=math.inf)
+    phases, total = summarize(schedule, records, ran_s=stopped_at, limits=no_lag_check)
     assert phases[0].duration_s == pytest.approx(stopped_at)
     assert phases[1].duration_s == 0 and phases[1].scheduled == 0
-    assert not total.behind
+    assert not total.behind, total.behind_reason
 
 
 async def test_a_failing_callback_stops_the_run_and_is_raised() -> None:
