@@ -7,9 +7,9 @@ timing they assert is the rate accounting (sent within 5% of the target).
 from __future__ import annotations
 
 import asyncio
-import math
 import io
 import json
+import math
 import sys
 import threading
 import time
