@@ -2,9 +2,12 @@
 
     .venv/bin/python benchmarks/reaction.py [--steps 3] [--no-ramp] [--no-save]
 
-One embedded Triton serves dense_mlp (torch on this CPU); the sidecar runs the
-example config (examples/sidecar.yaml: latency-soft -> balanced -> aggressive,
-a 1 s interval) with the reload actuator.
+One embedded Triton serves dense_mlp (torch on this CPU); the sidecar runs
+examples/sidecar.yaml (a 1 s interval, the reload actuator) on the ladder
+latency-soft -> balanced -> aggressive (``--ladder``): the ladder of the issue's
+step, where a rise in load is an emergency. (On the shipped ladder,
+triton-default -> efficient, both rungs carry the same on the curve, so a step
+calls for no survival move at all: docs/ladders.md.)
 
 * **steps**: 30 requests/s, then 350/s (more than latency-soft carries here),
   then back, ``--steps`` times. For each step: the seconds from the step to the
@@ -33,8 +36,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from autobatch.config import load_yaml
+from autobatch.controller.config import sidecar_config_from_mapping
 from autobatch.lab.closed_loop import apply_static, run_closed_loop
-from autobatch.lab.demo import demo_sidecar_config
 from autobatch.lab.serve import TritonServer
 from autobatch.profiles import load_profile
 from autobatch.schedule import Phase, Schedule
@@ -44,6 +48,18 @@ from record import row, save_result  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "dense_mlp"
+EXAMPLE = ROOT / "examples" / "sidecar.yaml"
+
+
+def sidecar_config(server: TritonServer, workdir: Path, ladder: list[str]) -> Any:
+    """examples/sidecar.yaml on ``ladder``, pointed at ``server``."""
+    data = dict(load_yaml(EXAMPLE))
+    data["triton"] = {"http_url": server.urls.http, "metrics_url": server.urls.metrics,
+                      "grpc_url": server.urls.grpc}
+    data["profiles"] = {**data["profiles"], "ladder": ladder}
+    data["server"] = {"listen": "127.0.0.1:0"}
+    data["decision_log"] = str(workdir / "decisions.jsonl")
+    return sidecar_config_from_mapping(data, str(EXAMPLE), base=EXAMPLE.parent)
 RAMP = (30, 80, 130, 170, 210, 250, 290, 330, 380, 290, 210, 130, 30)
 
 
@@ -110,7 +126,7 @@ def reactions(schedule: Schedule, log: list[dict[str, Any]], t0_wall: float) -> 
 
 
 async def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"ladder": args.ladder.split(",")}
     with tempfile.TemporaryDirectory(prefix="autobatch-reaction-") as tmp, \
             TritonServer.on_free_ports(ROOT / "model_repository", models=[MODEL]) as server:
         cases = [("steps", step_schedule(args.steps))]
@@ -119,7 +135,7 @@ async def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         for name, schedule in cases:
             work = Path(tmp) / name
             work.mkdir()
-            cfg = demo_sidecar_config(server, work)
+            cfg = sidecar_config(server, work, args.ladder.split(","))
             first = cfg.profiles[0]
             await apply_static(server.urls.http, MODEL, load_profile(
                 ROOT / "profiles" / MODEL / f"{first.name}.yaml"))
@@ -204,6 +220,8 @@ def report(out: dict[str, Any], console: Console) -> list[dict[str, Any]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--ladder", default="latency-soft,balanced,aggressive",
+                    help="the sidecar's ladder (examples/sidecar.yaml's other settings)")
     ap.add_argument("--no-ramp", action="store_true")
     ap.add_argument("--no-save", action="store_true")
     args = ap.parse_args()

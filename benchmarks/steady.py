@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/steady.py [--profile aggressive] [--fraction 0.7] [--duration 300]
         [--trace tests/data/steady-aggressive.jsonl.gz] [--no-save]
 
-One embedded Triton serves dense_mlp (torch on this CPU). The capacity is the
+One embedded Triton serves dense_mlp (torch on this CPU), on the three-rung
+ladder latency-soft -> balanced -> aggressive (``--ladder``). The capacity is the
 controller's own estimate, the one it acts on: the profile's batch-curve
 capacity (examples/sidecar.yaml's curve) scaled by the live factor of a
 calibration window (``--calibrate-rps`` for 15 s on the static profile; see
@@ -53,11 +54,11 @@ MODEL = "dense_mlp"
 EXAMPLE = ROOT / "examples" / "sidecar.yaml"
 
 
-def sidecar_config(server: TritonServer, workdir: Path, profile: str) -> Any:
+def sidecar_config(server: TritonServer, workdir: Path, profile: str, ladder: list[str]) -> Any:
     data = dict(load_yaml(EXAMPLE))
     data["triton"] = {"http_url": server.urls.http, "metrics_url": server.urls.metrics,
                       "grpc_url": server.urls.grpc}
-    data["profiles"] = {**data["profiles"], "initial": profile}
+    data["profiles"] = {**data["profiles"], "ladder": ladder, "initial": profile}
     data["server"] = {"listen": "127.0.0.1:0"}
     data["decision_log"] = str(workdir / "decisions.jsonl")
     return sidecar_config_from_mapping(data, str(EXAMPLE), base=EXAMPLE.parent)
@@ -90,7 +91,7 @@ async def calibrate(server: TritonServer, cfg: Any, profile_name: str, rps: floa
 async def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="autobatch-steady-") as tmp, \
             TritonServer.on_free_ports(ROOT / "model_repository", models=[MODEL]) as server:
-        cfg = sidecar_config(server, Path(tmp), args.profile)
+        cfg = sidecar_config(server, Path(tmp), args.profile, args.ladder.split(","))
         await apply_static(server.urls.http, MODEL,
                            load_profile(ROOT / "profiles" / MODEL / f"{args.profile}.yaml"))
         console.print(f"calibrating {args.profile} at {args.calibrate_rps:g} requests/s ...")
@@ -122,7 +123,8 @@ async def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         console.print(f"trace: {args.trace} ({sum(1 for ln in log if ln['window'])} windows)")
     phase = result.phases[0]
     return {
-        "profile": args.profile, "fraction": args.fraction, "duration_s": args.duration,
+        "profile": args.profile, "ladder": args.ladder.split(","), "fraction": args.fraction,
+        "duration_s": args.duration,
         "calibration": cal, "rate_rps": rate,
         "ticks": len(log), "switches": [
             {"at_s": ln["decision"]["at_s"], "reason": ln["decision"]["reason"],
@@ -140,6 +142,8 @@ async def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="aggressive")
+    ap.add_argument("--ladder", default="latency-soft,balanced,aggressive",
+                    help="the sidecar's ladder (examples/sidecar.yaml's other settings)")
     ap.add_argument("--fraction", type=float, default=0.7)
     ap.add_argument("--duration", type=float, default=300.0)
     ap.add_argument("--calibrate-rps", type=float, default=250.0)
