@@ -151,8 +151,29 @@ async def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                 case["reactions"] = reactions(schedule, log, t0)
             else:
                 case["ramp"] = ramp_verdict(result, cfg.policy.slo_p95_ms)
+            case["capacity_seen"] = capacity_seen(log, cfg.profiles[0].name)
             out[name] = case
     return out
+
+
+def capacity_seen(log: list[dict[str, Any]], profile: str) -> dict[str, Any]:
+    """What the controller believed ``profile`` carries while it was live and busy enough to
+    measure (a live factor set): the curve alone says more on this machine under load."""
+    caps, factors = [], []
+    for ln in log:
+        sig = ln["decision"]["signals"]
+        if ln["active"] == profile and sig.get("live_factor") is not None:
+            caps.append((sig.get("capacity_rps") or {}).get(profile))
+            factors.append(sig["live_factor"])
+    caps = [c for c in caps if c is not None]
+    return {
+        "profile": profile,
+        "windows": len(caps),
+        "capacity_rps_min": min(caps) if caps else None,
+        "capacity_rps_max": max(caps) if caps else None,
+        "live_factor_min": min(factors) if factors else None,
+        "live_factor_max": max(factors) if factors else None,
+    }
 
 
 def ramp_verdict(result: Any, slo_ms: float) -> dict[str, Any]:
@@ -208,6 +229,12 @@ def report(out: dict[str, Any], console: Console) -> list[dict[str, Any]]:
                       f"{v['first_move_up_to']} at {v['first_move_up_s']} s; first phase over the SLO: "
                       f"{v['first_phase_over_slo']} (starts {v['first_phase_over_slo_start_s']} s)")
         worst = max(p["over_slo"] / max(p["requests"], 1) for p in phases)
+        seen = out["ramp"].get("capacity_seen") or {}
+        if seen.get("windows"):
+            console.print(f"{seen['profile']} as the controller saw it under load: "
+                          f"{seen['capacity_rps_min']:.0f}-{seen['capacity_rps_max']:.0f} req/s "
+                          f"(live factor {seen['live_factor_min']}-{seen['live_factor_max']}, "
+                          f"{seen['windows']} windows)")
         rows.append(row(
             "ramp 30 -> 380 req/s: the move toward throughput before any phase over the SLO",
             ("yes" if v["move_before_breach"] else "no")
