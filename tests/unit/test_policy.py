@@ -85,8 +85,9 @@ SELF_WAIT = dict(inference_rps=20.0, mean_batch_size=1.2, mean_queue_ms=19.0, p9
          win(**SATURATED, batch_curve_ms={8: 15.0, 32: 30.0}), {}, {"curve": None},
          Action.SWITCH, "balanced", Reason.OVERLOAD),
         # saturation seen in the queue, when the capacity estimate says the load fits
-        ("queue far above the delay and growing under capacity", "latency-soft",
-         win(**dict(SATURATED, inference_rps=400.0, pending_delta=10.0)), {}, {},
+        # ... a standing queue deeper than a batch, window after window
+        ("queue far above the delay, a deep backlog, under capacity", "latency-soft",
+         win(**dict(SATURATED, inference_rps=400.0, pending_delta=0.0)), {}, {},
          Action.SWITCH, "balanced", Reason.SATURATION),
         ("long queue but backlog not growing is not saturation", "latency-soft",
          win(**dict(SATURATED, pending_delta=0.0, pending_requests=2.0)), {}, {},
@@ -161,7 +162,11 @@ SELF_WAIT = dict(inference_rps=20.0, mean_batch_size=1.2, mean_queue_ms=19.0, p9
 )
 def test_one_window(name, active, window, state_kw, settings_kw, action, target, reason):
     state = replace(State.initial(active), **state_kw)
-    history = [window] if window is not None else []
+    # The window and one just like it before it: the rules that want a backlog to persist
+    # (saturation) see it twice, as they would under a steady load.
+    before = None if window is None else replace(window, start_s=window.start_s - 2.0,
+                                                 end_s=window.end_s - 2.0)
+    history = [before, window] if window is not None else []
     decision, _ = decide(history, state, settings(**settings_kw), now=101.0)
     assert (decision.action, decision.target, decision.reason) == (action, target, reason), (
         decision.message

@@ -24,7 +24,7 @@ async def record_a_run(tmp_path, **policy):
     """A controller run with a switch, a failed switch, a pin, a scrape error and a restart."""
     clock = Clock()
     cfg = make_config(tmp_path, confirmations=2, min_dwell_s=4, **policy)
-    script = ([{}] * 2 + [SATURATED] * 4 + [SignalError("refused")] + [SELF_WAIT] * 12
+    script = ([{}] * 2 + [SATURATED] * 6 + [SignalError("refused")] + [SELF_WAIT] * 12
               + [SATURATED] * 3 + [{}] * 6)
     act = FakeActuator(live="latency-soft", fail={"aggressive"})
     c = Controller(cfg, ScriptedSource(clock, script), act, clock=clock)
@@ -33,7 +33,7 @@ async def record_a_run(tmp_path, **policy):
     live = c.state.active
     act.reconcile_result = ActuationResult(live, True, 2.0, "reapplied", "restart", live)
     await ticks(c, clock, 10)
-    c.pin("latency-soft")
+    c.pin("balanced")
     await ticks(c, clock, 3)
     c.pin(None)
     await ticks(c, clock, 5)

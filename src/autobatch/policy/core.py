@@ -573,10 +573,13 @@ def _recommend(
             )
             return _toward_capacity(cur_i, cap, demand, s, Reason.OVERLOAD, why)
 
-    # Survival 2, saturation seen in the queue: far above the max delay, backlog growing.
-    growing = (w.pending_delta or 0.0) > 0 or (w.pending_requests or 0.0) > max(cur.effective_preferred)
+    # Survival 2, saturation seen in the queue: far above the max delay, and a backlog
+    # that persists: grown, or deeper than the largest batch, in each of the last
+    # overload_windows windows. One window of it is noise at a moderate load on a
+    # profile without a delay (one request waits out another's run, the gauge ticks up);
+    # as a survival move acts at once, it must not act on that.
     far = q is not None and q > max(s.saturation_delay_ratio * delay_ms, s.saturation_min_queue_ms)
-    if far and growing:
+    if far and _backlog_persists(history, state, s, max(cur.effective_preferred)):
         what = f"saturated (queue {q:.1f} ms vs max delay {delay_ms:g} ms, backlog growing)"
         if c is None:
             return cur_i, Reason.SATURATED, (
@@ -642,6 +645,24 @@ def _recommend(
     if down is not None:
         return down
     return cur_i, Reason.STEADY, sig.pop("efficiency", None) or "inside the band"
+
+
+def _backlog_persists(
+    history: Sequence[Observation], state: State, s: PolicySettings, deep: float
+) -> bool:
+    """Whether, in each of the last ``overload_windows`` fresh windows after the settling
+    of the last switch, the backlog grew or held more than ``deep`` requests."""
+    tail = list(history)[-s.overload_windows:]
+    if len(tail) < s.overload_windows:
+        return False
+    for h in tail:
+        if h.stale:
+            return False
+        if state.last_switch_s is not None and h.start_s < state.last_switch_s + s.settle_s - EPS:
+            return False
+        if not ((h.pending_delta or 0.0) > 0 or (h.pending_requests or 0.0) > deep):
+            return False
+    return True
 
 
 def _backlog_grew(history: Sequence[Observation], state: State, s: PolicySettings) -> bool:
