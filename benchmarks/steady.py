@@ -4,11 +4,12 @@
         [--trace tests/data/steady-aggressive.jsonl.gz] [--no-save]
 
 One embedded Triton serves dense_mlp (torch on this CPU), on the three-rung
-ladder latency-soft -> balanced -> aggressive (``--ladder``). The capacity is the
-controller's own estimate, the one it acts on: the profile's batch-curve
-capacity (examples/sidecar.yaml's curve) scaled by the live factor of a
-calibration window (``--calibrate-rps`` for 15 s on the static profile; see
-docs/policy.md). Then the sidecar (examples/sidecar.yaml, starting on
+ladder latency-soft -> balanced -> aggressive (``--ladder``). The capacity is
+measured: 12 s of more load than the static profile can take
+(``--probe-rps``), and the completions per second once the backlog builds. (The
+controller's own estimate at that moment, curve x live factor, is kept beside
+it: it sees the model's instances only, not the front end and the load
+generator sharing the two cores.) Then the sidecar (examples/sidecar.yaml, starting on
 ``--profile``, the reload actuator, a 1 s interval) runs ``--duration`` seconds
 of Poisson arrivals at ``--fraction`` of that capacity, and every switch it
 makes is counted (target: none). The noise the fast rules must ignore is real
@@ -66,15 +67,20 @@ def sidecar_config(server: TritonServer, workdir: Path, profile: str, ladder: li
 
 async def calibrate(server: TritonServer, cfg: Any, profile_name: str, rps: float,
                     seconds: float) -> dict[str, Any]:
-    """The controller's capacity estimate for the static profile under ``rps`` for ``seconds``."""
+    """What the static profile carries on this machine: ``rps`` (more than it can take) for
+    ``seconds``, and the completions per second once the backlog is building. This
+    counts everything the machine does per request (the gRPC front end, the load
+    generator on the same two cores), which the instance's busy time does not; the
+    controller's own estimate (curve x live factor) is kept beside it."""
     profile = cfg.profile(profile_name)
     loop = asyncio.get_running_loop()
-    schedule = Schedule((Phase("calibrate", rps, seconds + 4.0),))
-    load = loop.run_in_executor(None, lambda: run_load(server.urls.grpc, MODEL, schedule, seed=1))
+    schedule = Schedule((Phase("probe", rps, seconds),))
+    load = loop.run_in_executor(
+        None, lambda: run_load(server.urls.grpc, MODEL, schedule, seed=1, timeout_s=5.0))
     async with TritonSource(server.urls.http, MODEL, metrics_url=server.urls.metrics) as src:
-        await asyncio.sleep(2.0)  # past the start-up of the load
+        await asyncio.sleep(seconds / 3)  # past the start-up, the backlog building
         await src.poll()
-        await asyncio.sleep(seconds)
+        await asyncio.sleep(seconds / 2)
         window = await src.poll()
     await load
     factor, share = live_factor([window], cfg.policy.curve, busy_ceiling=cfg.policy.busy_ceiling,
@@ -82,9 +88,10 @@ async def calibrate(server: TritonServer, cfg: Any, profile_name: str, rps: floa
     curve_cap = capacity_rps(profile, cfg.policy.curve)
     assert curve_cap is not None
     return {
-        "rps": rps, "seconds": seconds, "window": window.to_dict(), "busy_share": share,
-        "live_factor": factor, "curve_capacity_rps": curve_cap,
-        "capacity_rps": curve_cap * (factor if factor is not None else 1.0),
+        "probe_rps": rps, "seconds": seconds, "window": window.to_dict(),
+        "busy_share": share, "live_factor": factor, "curve_capacity_rps": curve_cap,
+        "controller_estimate_rps": curve_cap * (factor if factor is not None else 1.0),
+        "capacity_rps": window.inference_rps,
     }
 
 
@@ -94,13 +101,16 @@ async def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         cfg = sidecar_config(server, Path(tmp), args.profile, args.ladder.split(","))
         await apply_static(server.urls.http, MODEL,
                            load_profile(ROOT / "profiles" / MODEL / f"{args.profile}.yaml"))
-        console.print(f"calibrating {args.profile} at {args.calibrate_rps:g} requests/s ...")
-        cal = await calibrate(server, cfg, args.profile, args.calibrate_rps, 15.0)
+        console.print(f"probing {args.profile} at {args.probe_rps:g} requests/s ...")
+        cal = await calibrate(server, cfg, args.profile, args.probe_rps, 12.0)
         rate = round(args.fraction * cal["capacity_rps"], 1)
         console.print(
-            f"{args.profile}: curve {cal['curve_capacity_rps']:.0f}/s x live factor "
-            f"{cal['live_factor']} (busy {cal['busy_share']}) = {cal['capacity_rps']:.0f}/s; "
+            f"{args.profile} carried {cal['capacity_rps']:.0f}/s under overload (the controller's "
+            f"estimate then: curve {cal['curve_capacity_rps']:.0f}/s x live factor "
+            f"{cal['live_factor']} = {cal['controller_estimate_rps']:.0f}/s); "
             f"steady load {rate:g}/s for {args.duration:g} s ...")
+        # Let the probe's backlog drain before the sidecar starts.
+        await asyncio.sleep(8.0)
         schedule = Schedule((Phase("steady", rate, args.duration),))
         result = await run_closed_loop(schedule, server.urls.grpc, MODEL, sidecar=cfg,
                                        slo_p95_ms=cfg.policy.slo_p95_ms, mode="controller", seed=7)
@@ -146,7 +156,8 @@ def main() -> None:
                     help="the sidecar's ladder (examples/sidecar.yaml's other settings)")
     ap.add_argument("--fraction", type=float, default=0.7)
     ap.add_argument("--duration", type=float, default=300.0)
-    ap.add_argument("--calibrate-rps", type=float, default=250.0)
+    ap.add_argument("--probe-rps", type=float, default=500.0,
+                    help="the overload that measures what the profile carries")
     ap.add_argument("--trace", type=Path, default=None)
     ap.add_argument("--no-save", action="store_true")
     args = ap.parse_args()
