@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 README = ROOT / "README.md"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
-ORDER = ["closed_loop", "faults", "soak", "trace_fidelity", "sessions", "simulator", "sdk",
-         "reload_vs_shift", "footprint", "batch_curves", "loadgen"]
+ORDER = ["closed_loop", "reaction", "steady", "faults", "soak", "trace_fidelity", "sessions", "simulator",
+         "sdk", "reload_vs_shift", "footprint", "batch_curves", "loadgen"]
 
 
 def _rel(path: Path) -> str:
