@@ -24,6 +24,7 @@ BENCHMARKS = [
     ("loadgen-http", "loadgen", ["--protocol", "http", "--duration", "5"]),
     ("simulator", "simulator", ["--fidelity"]),
     ("sessions", "sessions", []),
+    ("lanes", "lanes", []),
     ("sdk", "sdk", []),
     ("footprint", "footprint", []),
     ("reload_vs_shift", "reload_vs_shift", ["--grpc-load-api"]),

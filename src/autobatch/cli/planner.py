@@ -168,10 +168,18 @@ def plan(
     reaction_s: Annotated[
         float, typer.Option(help="Seconds into a phase before the switching oracle's profile is in force.")
     ] = 2.0,
+    priority_mix: Annotated[
+        str | None,
+        typer.Option(help="Urgent and batchable shares, e.g. 1:0.1,2:0.9: adds a two-lane profile."),
+    ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
 ) -> None:
     """Plan batching for a model: the SLO budget, whether batching pays, candidate profiles,
     and whether switching between them pays over a schedule.
+
+    With --priority-mix (level 1 urgent, level 2 batchable): a `lanes` profile
+    with two priority levels on the candidate that waits, and each lane's latency
+    with and without it.
 
     Predicted latencies come from the simulator of Triton's dynamic batcher and
     include --network-ms, as the SLO does. Triton's default (no preferred sizes,
@@ -182,6 +190,9 @@ def plan(
 
     Example: autobatch plan --curve curves/dense_mlp-cpu.yaml --slo-p99-ms 60 --network-ms 2
     --rate 350 --instances 2 --schedule examples/schedules/step.yaml --ladder profiles/dense_mlp
+
+    Example: autobatch plan --curve curves/laptop-256x144-fp16.yaml --slo-p99-ms 100
+    --network-ms 2 --rate 600 --max-batch-size 8 --priority-mix 1:0.1,2:0.9 --write-profiles out/p
     """
     from autobatch.cli.views import plan_renderable, plot_plan
     from autobatch.curve import load_curve
@@ -209,6 +220,7 @@ def plan(
         schedule_label=str(schedule) if schedule is not None else None,
         ladder=list(load_profiles(ladder).values()) if ladder is not None else None,
         reaction_s=reaction_s,
+        priority_mix=_priority_mix(priority_mix),
     )
     written = (
         write_profile_files(result.profile_documents(), write_profiles, force=force)

@@ -30,6 +30,7 @@ from autobatch.errors import ConfigError
 from autobatch.lab.closed_loop import ClosedLoopResult, Sample
 from autobatch.lab.demo import DemoResult, DemoSetup
 from autobatch.load.report import OK, LoadReport, RequestRecord
+from autobatch.plan.lanes import Lanes
 from autobatch.plan.planner import Plan, VerdictKind
 from autobatch.plan.sessions import SessionsResult
 from autobatch.plan.simulator import SimResult
@@ -171,7 +172,33 @@ def plan_renderable(plan: Plan) -> RenderableType:
         parts.append(switching_renderable(plan.switching))
     for s in plan.sessions:
         parts.append(sessions_renderable(s))
+    if plan.lanes is not None:
+        parts.append(Text(""))
+        parts.append(lanes_renderable(plan.lanes))
     return Group(*parts)
+
+
+def lanes_renderable(lanes: Lanes) -> RenderableType:
+    """Each lane's latency with the two-lane profile and with its base (one queue for all)."""
+    prof = lanes.profile
+    t = Table(box=box.SIMPLE_HEAD, title_justify="left", title=(
+        f"Priority lanes on {lanes.base.name} at {lanes.rate_rps:g} rps (simulated): "
+        f"priority_levels {prof.priority_levels}, default level {prof.default_priority_level}, "
+        f"preferred {','.join(map(str, prof.preferred_batch_size)) or '-'}, wait "
+        f"{prof.max_queue_delay_us / 1000:g} ms"))
+    for col in ("lane", "priority", "share", "p50 lanes", "p99 lanes", "p50 one queue", "p99 one queue"):
+        t.add_column(col, justify="left" if col == "lane" else "right")
+    for lane in lanes.lanes:
+        w, wo = lane.with_lanes, lane.without_lanes
+        t.add_row(lane.name, str(lane.level), f"{lane.share:.0%}", _ms(w and w.p50_ms), _ms(w and w.p99_ms),
+                  _ms(wo and wo.p50_ms), _ms(wo and wo.p99_ms))
+    note = Text(
+        f"  Urgent requests (priority 1) go ahead of every batchable one; mean batch "
+        f"{lanes.mean_batch_with:.2f} with lanes, {lanes.mean_batch_without:.2f} without. Triton has one "
+        "max_queue_delay per model: a lone urgent request on an idle model still waits it when no "
+        "preferred size can form. With priority levels Triton stops prefetching batches: on the real "
+        "server the batchable lane pays more than predicted here (docs/planner.md, Priority lanes).")
+    return Group(t, note)
 
 
 _SWITCHING_STYLE = {

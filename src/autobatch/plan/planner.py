@@ -29,13 +29,14 @@ Pure: values in, values out (writing profiles and plots is
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 from autobatch.curve import BatchCurve, PointKind
 from autobatch.errors import ConfigError
+from autobatch.plan.lanes import Lanes, plan_lanes
 from autobatch.plan.sessions import SESSION_POLICIES, SessionsResult, simulate_sessions
 from autobatch.plan.simulator import ServiceModel, SimResult, Workload, simulate
 from autobatch.plan.slo import (
@@ -491,6 +492,8 @@ class Plan:
     allow_extrapolation: bool = False
     switching: SwitchingMap | None = None
     """Does switching pay here: the default, each profile and an oracle over a schedule."""
+    lanes: Lanes | None = None
+    """With a priority mix: the two-lane profile (:mod:`autobatch.plan.lanes`)."""
 
     @property
     def example(self) -> Budget:
@@ -536,6 +539,20 @@ class Plan:
                 ),
                 **data,
             })
+        if self.lanes is not None:
+            data = self.lanes.profile.to_dict()
+            urgent, batchable = self.lanes.lanes
+            docs.append({
+                "name": data.pop("name"),
+                "description": (
+                    f"autobatch plan for curve {self.curve.name!r}: two lanes on {self.lanes.base.name}; "
+                    f"send urgent requests with priority 1 ({urgent.share:.0%} of "
+                    f"{self.lanes.rate_rps:g} rps: p99 {_p99(urgent.with_lanes)} ms, "
+                    f"{_p99(urgent.without_lanes)} ms without lanes); batchable p99 "
+                    f"{_p99(batchable.with_lanes)} ms"
+                ),
+                **data,
+            })
         return docs
 
     def to_dict(self) -> dict[str, Any]:
@@ -565,7 +582,12 @@ class Plan:
             "recommended": None if rec is None else rec.profile.name,
             "sessions": [s.to_dict() for s in self.sessions],
             "switching": None if self.switching is None else self.switching.to_dict(),
+            "lanes": None if self.lanes is None else self.lanes.to_dict(),
         }
+
+
+def _p99(stats: Any) -> str:
+    return "-" if stats is None else f"{stats.p99_ms:.1f}"
 
 
 def make_plan(
@@ -592,6 +614,7 @@ def make_plan(
     ladder: Sequence[Profile] | None = None,
     reaction_s: float = 2.0,
     schedule_label: str | None = None,
+    priority_mix: Mapping[int, float] | None = None,
 ) -> Plan:
     """Everything ``autobatch plan`` prints, for one curve, SLO and load.
 
@@ -603,6 +626,9 @@ def make_plan(
     "Does switching pay here?" runs over ``schedule`` (default: a step from a
     tenth of the load to the load and back, :func:`assumed_step`) with ``ladder``
     (default: the candidates), the oracle reacting ``reaction_s`` into each phase.
+
+    ``priority_mix`` (level -> share of requests: 1 urgent, 2 batchable) adds
+    two priority lanes on the candidate with the SLO's wait (:mod:`autobatch.plan.lanes`).
     """
     if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or (
         max_batch_size < 1
@@ -685,6 +711,14 @@ def make_plan(
         slo_ms=slo_p99_ms, slo_share=0.01, instances=instances, reaction_s=reaction_s, seed=seed,
         label=schedule_label or "the given schedule",
     )
+    lanes = None
+    if priority_mix:
+        if load.rate_rps is None:
+            raise ConfigError("priority_mix: lanes are planned for a Poisson rate, not for sessions "
+                              "(a session's frames are chosen by the client, not queued by priority)")
+        base = max(profiles, key=lambda p: (p.name == "aggressive", p.max_queue_delay_us))
+        lanes = plan_lanes(base, service, load.rate_rps, priority_mix, duration_s=duration_s,
+                           instances=instances, seed=seed)
     return Plan(
         curve=curve,
         slo_p99_ms=float(slo_p99_ms),
@@ -701,6 +735,7 @@ def make_plan(
         sessions=tuple(session_results),
         allow_extrapolation=allow_extrapolation,
         switching=switching,
+        lanes=lanes,
     )
 
 
