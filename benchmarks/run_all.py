@@ -25,6 +25,8 @@ BENCHMARKS = [
     ("simulator", "simulator", ["--fidelity"]),
     ("sessions", "sessions", []),
     ("lanes", "lanes", []),
+    ("trace_fidelity", "trace_fidelity", []),
+    ("bursts", "bursts", []),
     ("sdk", "sdk", []),
     ("footprint", "footprint", []),
     ("reload_vs_shift", "reload_vs_shift", ["--grpc-load-api"]),

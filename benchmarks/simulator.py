@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
 
+import baseline
 from record import row, save_result
 from rich.console import Console
 from rich.table import Table
@@ -43,7 +45,7 @@ NO_GAIN = load_curve(ROOT / "curves" / "laptop-512x288-fp16.yaml")
 FIDELITY_CURVE = BatchCurve({1: 10.0, 2: 12.0, 4: 16.0, 8: 24.0, 16: 40.0, 32: 72.0}, name="fidelity")
 
 
-def speed(requests: int) -> list[dict[str, Any]]:
+def speed(requests: int, with_baseline: bool = True) -> list[dict[str, Any]]:
     cases = [
         # (label, curve, profile, rate): rates near 70-80% of what the profile can do.
         ("batching pays, preferred 4,8 delay 2 ms", GAIN,
@@ -53,9 +55,19 @@ def speed(requests: int) -> list[dict[str, Any]]:
          Profile(name="b", max_batch_size=8, preferred_batch_size=(1,), max_queue_delay_us=0),
          75.0),
     ]
+    old = baseline.load() if with_baseline else None
     rows = []
     for label, curve, profile, rate in cases:
         for engine in ("triton", "rules", "general"):
+            # The engine before issue 13 (git), then today's, back to back on the same
+            # case: their ratio is the figure, not either time alone.
+            before = None
+            if old is not None:
+                o_start = time.perf_counter()
+                o_res = old.simulate(profile, old.ServiceModel(
+                    curve, batch_overhead_ms=0.5, request_overhead_ms=0.05, noise_cv=0.1),
+                    old.Workload.poisson(rate, requests / rate, seed=1), engine=engine)
+                before = (time.perf_counter() - o_start, o_res)
             service = ServiceModel(curve, batch_overhead_ms=0.5, request_overhead_ms=0.05, noise_cv=0.1)
             start = time.perf_counter()
             work = Workload.poisson(rate, requests / rate, seed=1)
@@ -71,7 +83,32 @@ def speed(requests: int) -> list[dict[str, Any]]:
                 "total_s": round(end - start, 3),
                 "requests_per_s": round(res.requests / (end - start)),
                 "p99_ms": round(res.latency.p99_ms, 2) if res.latency else None,
+                "baseline_total_s": None if before is None else round(before[0], 3),
+                "ratio_to_baseline": None if before is None else round((end - start) / before[0], 3),
+                # Poisson arrivals never share a time: the old and new engines must agree.
+                "same_as_baseline": None if before is None else (
+                    before[1].batch_counts == res.batch_counts
+                    and math.isclose(before[1].latency.p99_ms, res.latency.p99_ms, rel_tol=1e-9)),
             })
+    # Rows per request, new in issue 13: the same case with requests of 1-4 rows.
+    label, curve, profile, rate = cases[0]
+    service = ServiceModel(curve, batch_overhead_ms=0.5, request_overhead_ms=0.05, noise_cv=0.1)
+    start = time.perf_counter()
+    work = Workload.poisson(rate / 2, requests / (rate / 2), seed=1, rows={1: 0.4, 2: 0.3, 3: 0.2, 4: 0.1})
+    drawn = time.perf_counter()
+    res = simulate(profile, service, work, engine="triton")
+    end = time.perf_counter()
+    rows.append({
+        "case": "batching pays, requests of 1-4 rows (mean 2), half the rate",
+        "engine": "triton",
+        "requests": res.requests,
+        "batches": res.batches,
+        "arrivals_s": round(drawn - start, 3),
+        "total_s": round(end - start, 3),
+        "requests_per_s": round(res.requests / (end - start)),
+        "p99_ms": round(res.latency.p99_ms, 2) if res.latency else None,
+        "baseline_total_s": None, "ratio_to_baseline": None, "same_as_baseline": None,
+    })
     start = time.perf_counter()
     sess = simulate_sessions(ServiceModel(GAIN), 16, 60.0, policy="batch-waiting", duration_s=1000.0)
     end = time.perf_counter()
@@ -85,6 +122,7 @@ def speed(requests: int) -> list[dict[str, Any]]:
         "total_s": round(end - start, 3),
         "requests_per_s": round(frames / (end - start)),
         "p99_ms": round(sess.latency.p99_ms, 2) if sess.latency else None,
+        "baseline_total_s": None, "ratio_to_baseline": None, "same_as_baseline": None,
     })
     return rows
 
@@ -116,10 +154,12 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=1_000_000)
     ap.add_argument("--fidelity", action="store_true", help="also run against the real Triton")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--no-baseline", action="store_true",
+                    help="skip the pre-issue-13 engines (read from git) timed beside today's")
     args = ap.parse_args()
     console = Console(stderr=args.json, width=160)
     with console.status(f"simulating {args.requests:,} requests per engine ..."):
-        rows = speed(args.requests)
+        rows = speed(args.requests, with_baseline=not args.no_baseline)
     result: dict[str, Any] = {"speed": rows}
     if args.fidelity:
         with console.status("fidelity against the real Triton ..."):
@@ -129,12 +169,16 @@ def main() -> None:
         print(json.dumps(result, indent=2))
         return
     t = Table(title=f"Simulator speed ({args.requests:,} requests; target >= 1 M in <= 10 s)")
-    for col in ("case", "engine", "requests", "batches", "arrivals s", "total s", "requests/s", "p99 ms"):
+    for col in ("case", "engine", "requests", "batches", "arrivals s", "total s", "requests/s", "p99 ms",
+                "before s", "x before", "same"):
         t.add_column(col, justify="left" if col in ("case", "engine") else "right")
     for r in rows:
         t.add_row(r["case"], r["engine"], f"{r['requests']:,}", f"{r['batches']:,}",
                   "-" if r["arrivals_s"] is None else f"{r['arrivals_s']:.2f}", f"{r['total_s']:.2f}",
-                  f"{r['requests_per_s']:,}", str(r["p99_ms"]))
+                  f"{r['requests_per_s']:,}", str(r["p99_ms"]),
+                  "-" if r["baseline_total_s"] is None else f"{r['baseline_total_s']:.2f}",
+                  "-" if r["ratio_to_baseline"] is None else f"{r['ratio_to_baseline']:.2f}",
+                  "-" if r["same_as_baseline"] is None else ("yes" if r["same_as_baseline"] else "NO"))
     console.print(t)
     if "fidelity" in result:
         f = result["fidelity"]
@@ -163,6 +207,15 @@ def _rows(result: dict[str, Any], requests: int) -> list[dict[str, Any]]:
         f"{per_m[pays, 'general']:.2f} / {per_m[one, 'general']:.2f} s; sessions "
         f"{frames / 1e6:.1f} M frames/s. Target: 1 M in <= 10 s",
         key="triton_engine_s_per_1m", value=round(per_m[pays, "triton"], 3), unit=" s")]
+    ratios = [r["ratio_to_baseline"] for r in result["speed"] if r["ratio_to_baseline"] is not None]
+    if ratios:
+        same = all(r["same_as_baseline"] for r in result["speed"] if r["same_as_baseline"] is not None)
+        out.append(row(
+            "simulator speed against its engines before issue 13 (rows, simultaneous arrivals, "
+            "timeouts; git 8399142), same cases timed back to back",
+            f"worst **{max(ratios):.2f}x** the old time (best {min(ratios):.2f}x) over 3 engines x 2 "
+            f"cases; results {'identical' if same else 'DIFFERENT'} on Poisson arrivals. Target: <= 2x",
+            key="simulator_worst_ratio_to_baseline", value=round(max(ratios), 3), unit="x"))
     f = result.get("fidelity")
     if f:
         p50 = max(abs(r["p50_error"]) for r in f["rows"])

@@ -17,7 +17,8 @@ CSV (``.csv``)
 JSON lines (``.jsonl``, ``.ndjson``)
     One object per line with the same keys: ``{"time_s": 0.004, "rows": 4}``.
 
-Triton's own trace file (``.json``: a JSON array)
+Triton's own trace file (``.json``, or ``.json.0``, ``.json.1``, ... when Triton
+writes one file per ``log-frequency`` traces: a JSON array)
     What ``tritonserver --trace-config triton,file=...`` or the trace extension
     (``POST /v2[/models/M]/trace/setting``) writes. A request's arrival is its
     ``REQUEST_START`` timestamp (``QUEUE_START`` if that is missing). Its rows
@@ -41,6 +42,7 @@ import csv
 import io
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -202,8 +204,9 @@ def _format_of(path: Path, text: str) -> str:
         return "csv"
     if suffix in (".jsonl", ".ndjson"):
         return "jsonl"
-    if suffix == ".json":
-        # Triton writes one JSON array; a .json of JSON lines is read as lines.
+    if suffix == ".json" or re.fullmatch(r".+\.json\.\d+", path.name):
+        # Triton writes one JSON array (trace.json, or trace.json.0, .1, ... with a
+        # log frequency); a .json of JSON lines is read as lines.
         return "triton" if text.lstrip().startswith("[") else "jsonl"
     raise ConfigError(
         f"{path}: suffix {path.suffix or '(none)'!r}: a trace file must be .csv, .jsonl "

@@ -34,7 +34,8 @@ from autobatch.load.transport import classify_error, synthesize_inputs
 from autobatch.schedule import Phase, Schedule, arrivals
 
 MODEL = "dense_mlp"
-RECORD_FIELDS = {"index", "phase", "scheduled_s", "sent_s", "latency_ms", "outcome", "error"}
+RECORD_FIELDS = {"index", "phase", "scheduled_s", "sent_s", "latency_ms", "outcome", "error",
+                 "rows", "priority"}
 
 
 

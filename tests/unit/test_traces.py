@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -123,3 +126,48 @@ def test_rows_specs():
     assert set(drawn.tolist()) == {2, 5}
     assert np.mean(drawn == 5) == pytest.approx(0.75, abs=0.02)
     np.testing.assert_array_equal(drawn, draw_rows(10_000, {2: 1.0, 5: 3.0}, seed=3))
+
+
+def _autobatch(*args: str) -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).with_name("autobatch")
+    return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=120, check=False,
+                          env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+
+
+CURVE = str(Path(__file__).resolve().parents[2] / "curves" / "laptop-256x144-fp16.yaml")
+BAD_ROWS = "bad.csv:3: rows = 'two': must be an integer >= 1"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["simulate", "--curve", CURVE, "--trace", "{bad}"], BAD_ROWS),
+        (["load", "--model", "m", "--trace", "{bad}"], BAD_ROWS),
+        (["simulate", "--curve", CURVE, "--trace", "{good}", "--rows", "2"],
+         "rows = 2: a trace brings its own arrivals, rows and priorities"),
+        (["simulate", "--curve", CURVE, "--rate", "10", "--rows", "0"], "rows = 0: must be an integer >= 1"),
+        (["simulate", "--curve", CURVE, "--trace", "{good}", "--max-batch-size", "2"],
+         "rows = 4 (request 1 of trace"),
+        (["load", "--model", "m", "--trace", "{good}", "--record-trace", "x.txt"],
+         "record_trace = 'x.txt': suffix '.txt'"),
+    ],
+)
+def test_bad_trace_input_exits_2_with_one_line(tmp_path, args, message):
+    (tmp_path / "bad.csv").write_text("time_s,rows\n0,1\n0.1,two\n")
+    (tmp_path / "good.csv").write_text("time_s,rows\n0,1\n0.1,4\n")
+    args = [a.format(bad=tmp_path / "bad.csv", good=tmp_path / "good.csv") for a in args]
+    r = _autobatch(*args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert message in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_simulate_trace_json_counts_rows_and_rejections(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"time_s": 0, "rows": 2}\n{"time_s": 0, "rows": 3}\n{"time_s": 0.5, "rows": 1}\n')
+    r = _autobatch("simulate", "--curve", CURVE, "--trace", str(path), "--burst-gap-us", "0", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    # The two rows and three rows arrive together: one batch of 5 rows, then one of 1.
+    assert (out["requests"], out["rows"], out["batch_counts"]) == (3, 6, {"1": 1, "5": 1})
+    assert out["rejected_timeout"] == 0 and out["rejection_ms"] is None

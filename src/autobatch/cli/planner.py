@@ -46,6 +46,22 @@ def simulate(
     schedule: Annotated[
         Path | None, typer.Option(help="The phase schedule of `autobatch load` (same YAML).")
     ] = None,
+    trace: Annotated[
+        Path | None,
+        typer.Option(help="Arrivals to replay: CSV or JSON lines (time_s, rows, priority), "
+                          "or Triton's own trace file (.json)."),
+    ] = None,
+    trace_model: Annotated[
+        str | None, typer.Option(help="The model to replay from a Triton trace of several.")
+    ] = None,
+    rows: Annotated[
+        str | None,
+        typer.Option(help="Rows per request with --rate/--schedule: 4, or shares like 1:0.5,4:0.5."),
+    ] = None,
+    burst_gap_us: Annotated[
+        float, typer.Option(help="Requests that share a timestamp reach Triton this far apart "
+                                 "(one client sends them in turn); 0: queued at one instant.")
+    ] = 60.0,
     sessions: Annotated[int | None, typer.Option(help="Sessions workload: this many streams.")] = None,
     fps: Annotated[float | None, typer.Option(help="Frames per second of each stream.")] = None,
     session_policy: Annotated[
@@ -70,22 +86,26 @@ def simulate(
     """Simulate Triton's dynamic batcher on a batch curve: latency, throughput, batch sizes.
 
     Workloads: Poisson (--rate), bursts (--rate --bursty 8), the phase schedule
-    of `autobatch load` (--schedule), or live sessions (--sessions --fps
-    --session-policy) that keep only their latest frame.
+    of `autobatch load` (--schedule), recorded arrivals (--trace: a CSV or JSON-lines
+    trace, one `autobatch load --record-trace` wrote, or Triton's own trace file),
+    or live sessions (--sessions --fps --session-policy) that keep only their
+    latest frame. --rows gives multi-row requests to --rate and --schedule.
 
     Example: autobatch simulate --curve curves/laptop-256x144-fp16.yaml
     --profile profiles/emulated_accelerator/aggressive.yaml --rate 300 --json
 
     Example: autobatch simulate --curve curves/laptop-512x288-fp16.yaml --sessions 4 --fps 30
     --session-policy batch-waiting
+
+    Example: autobatch simulate --curve C --profile P --trace production.csv --json
     """
     from autobatch.cli.views import sessions_renderable, sim_renderable
     from autobatch.curve import load_curve
     from autobatch.plan.sessions import simulate_sessions
-    from autobatch.plan.simulator import ServiceModel, Workload
+    from autobatch.plan.simulator import ServiceModel, build_workload
     from autobatch.plan.simulator import simulate as run_simulation
     from autobatch.profiles import Profile, load_profile
-    from autobatch.schedule import schedule_from_options
+    from autobatch.traces import parse_rows
 
     service = ServiceModel(
         load_curve(curve),
@@ -94,9 +114,11 @@ def simulate(
         fixed_latency_ms=fixed_latency_ms,
         noise_cv=noise_cv,
     )
-    given = [v for v in (rate, schedule, sessions) if v is not None]
+    given = [v for v in (rate, schedule, trace, sessions) if v is not None]
     if len(given) != 1:
-        raise ConfigError("give one workload: --rate R, --schedule FILE, or --sessions K --fps F")
+        raise ConfigError(
+            "give one workload: --rate R, --schedule FILE, --trace FILE, or --sessions K --fps F"
+        )
     if sessions is not None:
         if fps is None:
             raise ConfigError("--sessions needs --fps")
@@ -119,11 +141,12 @@ def simulate(
             max_queue_delay_us=delay_us,
             source="command line",
         )
-    plan = schedule_from_options(
-        rate_rps=rate, duration_s=duration if rate is not None else None, path=schedule,
-        requests=requests, burst_size=bursty, allow_idle=False,
+    work = build_workload(
+        rate_rps=rate, duration_s=duration if rate is not None else None, schedule=schedule,
+        requests=requests, burst_size=bursty, trace=trace, trace_model=trace_model,
+        rows=parse_rows(rows) if rows is not None else None,
+        priority_mix=_priority_mix(priority_mix), burst_gap_s=burst_gap_us / 1e6, seed=seed,
     )
-    work = Workload.from_schedule(plan, seed, priority_mix=_priority_mix(priority_mix))
     result = run_simulation(prof, service, work, instances=instances, seed=seed, engine=engine)
     if json_output:
         print_json({"profile": prof.to_dict(), "workload": work.label, **result.to_dict()})

@@ -30,6 +30,18 @@ def load(
         Path | None,
         typer.Option(help="Schedule YAML of phases instead of --rate/--duration."),
     ] = None,
+    trace: Annotated[
+        Path | None,
+        typer.Option(help="Send these arrivals (time_s, rows, priority): CSV, JSON lines, or "
+                          "Triton's own trace file (.json)."),
+    ] = None,
+    trace_model: Annotated[
+        str | None, typer.Option(help="The model to replay from a Triton trace of several.")
+    ] = None,
+    record_trace: Annotated[
+        Path | None,
+        typer.Option(help="Write what was sent (send time, rows, priority) as a trace (.csv/.jsonl)."),
+    ] = None,
     protocol: Annotated[str, typer.Option(help="grpc or http.")] = "grpc",
     out_path: Annotated[
         Path | None, typer.Option("--out", help="Write one JSON line per request here.")
@@ -65,20 +77,29 @@ def load(
 
     Example: autobatch load --model emulated_accelerator --sessions 4 --fps 30
     --session-policy round-robin --duration 20
+
+    Example: autobatch load --model dense_mlp --trace production.csv --record-trace sent.csv
     """
     if sessions is not None or fps is not None:
-        if rate is not None or schedule is not None:
-            raise ConfigError("give one load: --rate/--schedule, or --sessions K --fps F")
+        if rate is not None or schedule is not None or trace is not None:
+            raise ConfigError("give one load: --rate/--schedule/--trace, or --sessions K --fps F")
         _load_sessions(model, url, protocol, sessions, fps, session_policy, duration, out_path,
                        json_output, seed, timeout_ms, batch_size)
         return
     from rich.live import Live
 
     from autobatch.cli.views import LiveStatus, failure_lines, report_table
-    from autobatch.load import default_url, run_load
+    from autobatch.load import default_url, run_load, trace_schedule
     from autobatch.schedule import schedule_from_options
+    from autobatch.traces import read_trace
 
-    plan = schedule_from_options(rate_rps=rate, duration_s=duration, path=schedule)
+    if trace is not None:
+        if rate is not None or schedule is not None or duration is not None:
+            raise ConfigError("give one load: --trace FILE, or --rate/--duration, or --schedule FILE")
+        sent: Any = read_trace(trace, model=trace_model)
+        plan = trace_schedule(sent)
+    else:
+        plan = sent = schedule_from_options(rate_rps=rate, duration_s=duration, path=schedule)
     if url is None:
         url = default_url(protocol)
 
@@ -103,7 +124,7 @@ def load(
             report = run_load(
                 url,
                 model,
-                plan,
+                sent,
                 protocol=protocol,
                 seed=seed,
                 timeout_s=timeout_ms / 1000.0,
@@ -111,6 +132,7 @@ def load(
                 out=out_path,
                 on_record=status.record,
                 stop=stop,
+                record_trace=record_trace,
             )
     finally:
         signal.signal(signal.SIGINT, previous)
@@ -126,6 +148,7 @@ def load(
             f"{t.sent} requests sent, {t.ok} ok, {t.failed} failed; "
             f"achieved {t.achieved_rps:.1f} rps of {t.target_rps:.1f} target"
             + (f"; records in {out_path}" if out_path else "")
+            + (f"; sent trace in {record_trace}" if record_trace else "")
         )
     for warning in report.warnings:
         warn(warning)

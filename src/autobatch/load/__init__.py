@@ -14,7 +14,14 @@ p50/p95/p99, failures by kind and the generator's own send lag, with a
 """
 
 from autobatch.load.report import BehindLimits, LoadReport, PhaseStats, RequestRecord
-from autobatch.load.runner import DEFAULT_TIMEOUT_S, StopFlag, run_load, run_load_async
+from autobatch.load.runner import (
+    DEFAULT_TIMEOUT_S,
+    StopFlag,
+    run_load,
+    run_load_async,
+    sent_trace,
+    trace_schedule,
+)
 from autobatch.load.transport import PROTOCOLS, default_url
 
 __all__ = [
@@ -28,4 +35,6 @@ __all__ = [
     "default_url",
     "run_load",
     "run_load_async",
+    "sent_trace",
+    "trace_schedule",
 ]

@@ -53,6 +53,10 @@ class RequestRecord:
     ``unsent`` (the generator was so far behind that the run ended first)."""
     error: str | None = None
     """The server's or client's message, for failures."""
+    rows: int = 1
+    """The request's batch dimension."""
+    priority: int = 0
+    """Triton's request priority (0: the model's default level)."""
 
     @property
     def ok(self) -> bool:
@@ -74,6 +78,8 @@ class RequestRecord:
             "latency_ms": None if self.latency_ms is None else round(self.latency_ms, 3),
             "outcome": self.outcome,
             "error": self.error,
+            "rows": self.rows,
+            "priority": self.priority,
         }
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any, Protocol
 
@@ -34,9 +34,19 @@ from autobatch.load.report import (
     write_jsonl,
 )
 from autobatch.load.transport import PROTOCOLS, classify_error, open_transport
-from autobatch.schedule import Schedule, arrivals
+from autobatch.schedule import Phase, Schedule, arrivals
+from autobatch.traces import ArrivalTrace, write_trace
 
-__all__ = ["DEFAULT_TIMEOUT_S", "Sender", "StopFlag", "drive", "run_load", "run_load_async"]
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "Sender",
+    "StopFlag",
+    "drive",
+    "run_load",
+    "run_load_async",
+    "sent_trace",
+    "trace_schedule",
+]
 
 DEFAULT_TIMEOUT_S = 10.0
 """Per-request client timeout."""
@@ -71,6 +81,21 @@ class Sender(Protocol):
     async def infer(self) -> Any: ...
 
 
+def trace_schedule(trace: ArrivalTrace) -> Schedule:
+    """The one-phase schedule a trace's report is summarised against (its mean rate)."""
+    return Schedule((Phase("trace", len(trace) / trace.duration_s, trace.duration_s),))
+
+
+def sent_trace(records: Sequence[RequestRecord], source: str = "autobatch load") -> ArrivalTrace:
+    """What a run sent, as a trace: each request's actual send time, rows and priority."""
+    sent = [r for r in records if r.sent_s is not None]
+    if not sent:
+        raise LoadError("no request was sent; there is no trace to record")
+    return ArrivalTrace.of(
+        [r.sent_s for r in sent], [r.rows for r in sent], [r.priority for r in sent], source=source
+    )
+
+
 class _Run:
     """State of one run; lives inside one event loop."""
 
@@ -80,13 +105,24 @@ class _Run:
         schedule: Schedule,
         seed: int,
         on_record: OnRecord | None,
+        trace: ArrivalTrace | None = None,
     ) -> None:
         self.sender = sender
         self.schedule = schedule
-        drawn = arrivals(schedule, np.random.default_rng(seed))
         # Python lists: indexing numpy scalars in the hot loop costs more than it saves.
-        self.t_s: list[float] = drawn.t_s.tolist()
-        self.phase: list[int] = drawn.phase.tolist()
+        self.rows: list[int] | None = None
+        self.priority: list[int] | None = None
+        if trace is None:
+            drawn = arrivals(schedule, np.random.default_rng(seed))
+            self.t_s: list[float] = drawn.t_s.tolist()
+            self.phase: list[int] = drawn.phase.tolist()
+        else:
+            self.t_s = trace.t_s.tolist()
+            self.phase = [0] * len(trace)
+            if trace.multi_row:
+                self.rows = trace.rows.tolist()
+            if trace.priority is not None:
+                self.priority = trace.priority.tolist()
         self.names = [p.name for p in schedule.phases]
         self.records: list[RequestRecord | None] = [None] * len(self.t_s)
         self.on_record = on_record
@@ -106,6 +142,8 @@ class _Run:
             latency_ms=latency_ms,
             outcome=outcome,
             error=None if error is None else str(error)[:_ERROR_CHARS],
+            rows=1 if self.rows is None else self.rows[k],
+            priority=0 if self.priority is None else self.priority[k],
         )
         self.records[k] = rec
         if self.on_record is not None and self.callback_error is None:
@@ -121,7 +159,15 @@ class _Run:
         sent = loop.time()
         sent_s = sent - self.t0
         try:
-            await self.sender.infer()
+            if self.rows is None and self.priority is None:
+                await self.sender.infer()
+            else:
+                # Only a trace's requests differ from one another (Sender.infer takes
+                # these keywords when the transport is Triton's).
+                await self.sender.infer(  # type: ignore[call-arg]
+                    rows=None if self.rows is None else self.rows[k],
+                    priority=0 if self.priority is None else self.priority[k],
+                )
         except asyncio.CancelledError:
             self.finish(k, sent_s, None, "unfinished", "still running when the drain timeout ended")
             raise
@@ -203,10 +249,22 @@ class _Run:
 
 
 def _check_args(
-    schedule: Schedule, protocol: str, timeout_s: float, drain_s: float | None, batch_size: int
+    schedule: Schedule | ArrivalTrace,
+    protocol: str,
+    timeout_s: float,
+    drain_s: float | None,
+    batch_size: int,
 ) -> float:
-    if not isinstance(schedule, Schedule):
-        raise ConfigError(f"schedule = {schedule!r}: must be an autobatch.schedule.Schedule")
+    if not isinstance(schedule, (Schedule, ArrivalTrace)):
+        raise ConfigError(
+            f"schedule = {schedule!r}: must be an autobatch.schedule.Schedule or an "
+            f"autobatch.traces.ArrivalTrace"
+        )
+    if isinstance(schedule, ArrivalTrace) and batch_size != 1:
+        raise ConfigError(
+            f"batch_size = {batch_size}: a trace gives each request's rows; leave batch_size 1",
+            field="batch_size", value=batch_size,
+        )
     if protocol not in PROTOCOLS:
         raise ConfigError(
             f"protocol = {protocol!r}: must be one of {', '.join(PROTOCOLS)}",
@@ -249,24 +307,56 @@ async def drive(
     drain_s: float = DEFAULT_TIMEOUT_S + _DRAIN_MARGIN_S,
     on_record: OnRecord | None = None,
     stop: StopFlag | None = None,
+    trace: ArrivalTrace | None = None,
 ) -> tuple[tuple[RequestRecord, ...], float | None, float]:
     """The open-loop core, on any sender: ``(records, stopped_at_s, elapsed_s)``.
 
     ``stopped_at_s`` is the offset at which ``stop`` ended the run, None if it
     ran to the end. :func:`run_load_async` wraps this with a Triton transport;
-    tests and embedders can hand it their own sender.
+    tests and embedders can hand it their own sender. With ``trace``, its
+    arrivals are sent instead of ``schedule``'s (then :func:`trace_schedule`),
+    and a multi-row or prioritised trace calls ``sender.infer(rows=, priority=)``.
     """
-    run = _Run(sender, schedule, seed, on_record)
+    run = _Run(sender, schedule, seed, on_record, trace)
     stopped_at, elapsed_s = await run.run(drain_s, stop)
     if run.callback_error is not None:
         raise run.callback_error
     return run.done_records(), stopped_at, elapsed_s
 
 
+def _check_trace_fits(trace: ArrivalTrace, model: str, max_batch_size: int) -> None:
+    """A request with more rows than the model takes would fail on the server: refuse first."""
+    limit = max_batch_size or 1
+    over = np.flatnonzero(trace.rows > limit)
+    if over.shape[0]:
+        k = int(over[0])
+        raise ConfigError(
+            f"{trace.source}: request {k}: rows = {int(trace.rows[k])}: must be <= the "
+            f"max_batch_size of model {model!r} ({max_batch_size})",
+            field="rows", value=int(trace.rows[k]),
+        )
+
+
+def _check_record_path(record_trace: str | Path | None) -> None:
+    if record_trace is None:
+        return
+    p = Path(record_trace)
+    if p.suffix.lower() not in (".csv", ".jsonl", ".ndjson", ".json"):
+        raise ConfigError(
+            f"record_trace = {str(p)!r}: suffix {p.suffix or '(none)'!r}: write a trace as .csv "
+            f"or .jsonl", field="record_trace", value=str(p),
+        )
+    if not p.parent.is_dir():
+        raise ConfigError(
+            f"record_trace = {str(p)!r}: folder {str(p.parent)!r} does not exist",
+            field="record_trace", value=str(p),
+        )
+
+
 async def run_load_async(
     url: str,
     model: str,
-    schedule: Schedule,
+    schedule: Schedule | ArrivalTrace,
     *,
     protocol: str = "grpc",
     seed: int = 0,
@@ -277,17 +367,25 @@ async def run_load_async(
     on_record: OnRecord | None = None,
     stop: StopFlag | None = None,
     limits: BehindLimits = BehindLimits(),
+    record_trace: str | Path | None = None,
 ) -> LoadReport:
     """Drive ``model`` at ``url`` open-loop through ``schedule``; see :func:`run_load`."""
     drain_s = _check_args(schedule, protocol, timeout_s, drain_s, batch_size)
+    _check_record_path(record_trace)
+    trace = schedule if isinstance(schedule, ArrivalTrace) else None
+    plan = trace_schedule(trace) if trace is not None else schedule
+    assert isinstance(plan, Schedule)
     file, owned = _open_out(out)
     try:
         transport = await open_transport(
             url, model, protocol=protocol, timeout_s=timeout_s, batch_size=batch_size, seed=seed
         )
         try:
+            if trace is not None:
+                _check_trace_fits(trace, model, transport.max_batch_size)
             records, stopped_at, elapsed_s = await drive(
-                transport, schedule, seed=seed, drain_s=drain_s, on_record=on_record, stop=stop
+                transport, plan, seed=seed, drain_s=drain_s, on_record=on_record, stop=stop,
+                trace=trace,
             )
         finally:
             await transport.close()
@@ -300,7 +398,9 @@ async def run_load_async(
     finally:
         if owned and file is not None:
             file.close()
-    phases, total = summarize(schedule, records, ran_s=stopped_at, limits=limits)
+    if record_trace is not None:
+        write_trace(sent_trace(records, f"autobatch load of {model}"), record_trace)
+    phases, total = summarize(plan, records, ran_s=stopped_at, limits=limits)
     return LoadReport(
         url=transport.url,
         model=model,
@@ -308,7 +408,7 @@ async def run_load_async(
         seed=seed,
         batch_size=batch_size,
         timeout_s=timeout_s,
-        schedule=schedule,
+        schedule=plan,
         phases=phases,
         total=total,
         records=records,
@@ -320,7 +420,7 @@ async def run_load_async(
 def run_load(
     url: str,
     model: str,
-    schedule: Schedule,
+    schedule: Schedule | ArrivalTrace,
     *,
     protocol: str = "grpc",
     seed: int = 0,
@@ -331,6 +431,7 @@ def run_load(
     on_record: OnRecord | None = None,
     stop: StopFlag | None = None,
     limits: BehindLimits = BehindLimits(),
+    record_trace: str | Path | None = None,
 ) -> LoadReport:
     """Drive ``model`` at ``url`` (``host:port``) open-loop through ``schedule``.
 
@@ -354,6 +455,13 @@ def run_load(
             and the exception is re-raised.
         stop: when set, no more requests are sent; in-flight ones drain.
         limits: when the generator counts as behind.
+        record_trace: write what was sent (each request's send time, rows and
+            priority) as a trace file here (``.csv`` or ``.jsonl``), for
+            ``autobatch simulate --trace`` or another ``load --trace``.
+
+    ``schedule`` may be an :class:`~autobatch.traces.ArrivalTrace` instead: its
+    requests go out at its times with its rows and priorities (the report has
+    one phase, ``trace``, at its mean rate).
 
     Raises:
         ConfigError: bad arguments, an unknown model, an unwritable ``out``.
@@ -373,5 +481,6 @@ def run_load(
             on_record=on_record,
             stop=stop,
             limits=limits,
+            record_trace=record_trace,
         )
     )

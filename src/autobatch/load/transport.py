@@ -171,10 +171,32 @@ class Transport:
         self.timeout_s = timeout_s
         self.client: Any = None
         self.inputs: list[Any] = []
+        self.config: Mapping[str, Any] = {}
+        self.seed = 0
+        self._by_rows: dict[int, list[Any]] = {}
 
-    async def infer(self, timeout_s: float | None = None) -> None:
-        """Send the request once (``timeout_s`` defaults to the run's); raise on failure."""
+    async def infer(
+        self, timeout_s: float | None = None, *, rows: int | None = None, priority: int = 0
+    ) -> None:
+        """Send the request once (``timeout_s`` defaults to the run's); raise on failure.
+
+        ``rows``: this request's batch dimension instead of the run's; ``priority``:
+        Triton's request priority (0: the model's default level)."""
         raise NotImplementedError
+
+    def inputs_for(self, rows: int | None) -> list[Any]:
+        """The synthesised inputs with ``rows`` rows (built once per row count)."""
+        if rows is None:
+            return self.inputs
+        got = self._by_rows.get(rows)
+        if got is None:
+            data = synthesize_inputs(self.config, batch_size=rows, seed=self.seed, model=self.model)
+            got = self._by_rows[rows] = [self._make_input(d) for d in data]
+        return got
+
+    @property
+    def max_batch_size(self) -> int:
+        return int(self.config.get("max_batch_size") or 0)
 
     async def close(self) -> None:
         if self.client is not None:
@@ -211,6 +233,7 @@ class Transport:
                 f"reading the config of model {self.model!r} from {self.url} failed "
                 f"({kind}: {_first_line(message)})"
             ) from exc
+        self.config, self.seed = config, seed
         data = synthesize_inputs(config, batch_size=batch_size, seed=seed, model=self.model)
         self.inputs = [self._make_input(d) for d in data]
 
@@ -275,8 +298,13 @@ class GrpcTransport(Transport):
         self._mod = grpcclient
         self.client = grpcclient.InferenceServerClient(url)
 
-    async def infer(self, timeout_s: float | None = None) -> None:
-        await self.client.infer(self.model, self.inputs, client_timeout=timeout_s or self.timeout_s)
+    async def infer(
+        self, timeout_s: float | None = None, *, rows: int | None = None, priority: int = 0
+    ) -> None:
+        await self.client.infer(
+            self.model, self.inputs_for(rows), priority=priority,
+            client_timeout=timeout_s or self.timeout_s,
+        )
 
     async def _live(self) -> bool:
         return bool(await self.client.is_server_live(client_timeout=_SETUP_TIMEOUT_S))
@@ -317,16 +345,23 @@ class HttpTransport(Transport):
 
     if sys.version_info >= (3, 11):
 
-        async def infer(self, timeout_s: float | None = None) -> None:
+        async def infer(
+            self, timeout_s: float | None = None, *, rows: int | None = None, priority: int = 0
+        ) -> None:
             # asyncio.timeout arms a timer; wait_for (below) would wrap every request
             # in one more task.
             async with asyncio.timeout(timeout_s or self.timeout_s):
-                await self.client.infer(self.model, self.inputs)
+                await self.client.infer(self.model, self.inputs_for(rows), priority=priority)
 
     else:  # pragma: no cover - Python 3.10
 
-        async def infer(self, timeout_s: float | None = None) -> None:
-            await asyncio.wait_for(self.client.infer(self.model, self.inputs), timeout_s or self.timeout_s)
+        async def infer(
+            self, timeout_s: float | None = None, *, rows: int | None = None, priority: int = 0
+        ) -> None:
+            await asyncio.wait_for(
+                self.client.infer(self.model, self.inputs_for(rows), priority=priority),
+                timeout_s or self.timeout_s,
+            )
 
     async def _live(self) -> bool:
         return bool(await asyncio.wait_for(self.client.is_server_live(), _SETUP_TIMEOUT_S))

@@ -61,7 +61,13 @@ values out.
 from autobatch.plan.simulator.results import LatencyStats, PhaseResult, PriorityResult, SimResult
 from autobatch.plan.simulator.run import ENGINES, simulate
 from autobatch.plan.simulator.service import ServiceModel
-from autobatch.plan.simulator.workload import SEND_GAP_S, Workload, spread_same_times, stream_frames
+from autobatch.plan.simulator.workload import (
+    SEND_GAP_S,
+    Workload,
+    build_workload,
+    spread_same_times,
+    stream_frames,
+)
 
 __all__ = [
     "ENGINES",
@@ -72,6 +78,7 @@ __all__ = [
     "ServiceModel",
     "SimResult",
     "Workload",
+    "build_workload",
     "simulate",
     "spread_same_times",
     "stream_frames",

@@ -5,15 +5,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from autobatch.errors import ConfigError
-from autobatch.schedule import Schedule, arrivals
+from autobatch.schedule import Schedule, arrivals, schedule_from_options
 from autobatch.sessions import stream_frames  # the frames of `simulate --sessions` and `load --sessions`
-from autobatch.traces import ArrivalTrace, RowsSpec, draw_rows
+from autobatch.traces import ArrivalTrace, RowsSpec, draw_rows, read_trace
 
-__all__ = ["SEND_GAP_S", "Workload", "spread_same_times", "stream_frames"]
+__all__ = ["SEND_GAP_S", "Workload", "build_workload", "spread_same_times", "stream_frames"]
 
 SEND_GAP_S = 60e-6
 """How far apart requests that share a timestamp reach Triton when one client sends
@@ -196,6 +197,43 @@ class Workload:
         """
         t = stream_frames(sessions, fps, duration_s, seed)[0]
         return cls(t_s=t, duration_s=duration_s, label=f"{sessions} streams at {fps:g} fps")
+
+
+def build_workload(
+    *,
+    rate_rps: float | None = None,
+    duration_s: float | None = None,
+    schedule: str | Path | None = None,
+    requests: int | None = None,
+    burst_size: int = 0,
+    trace: str | Path | None = None,
+    trace_model: str | None = None,
+    rows: RowsSpec | None = None,
+    priority_mix: Mapping[int, float] | None = None,
+    burst_gap_s: float = SEND_GAP_S,
+    seed: int = 0,
+) -> Workload:
+    """The workload of ``autobatch simulate``'s options: a rate, a schedule file or a trace file.
+
+    ``rows`` (a number or shares) goes with a rate or a schedule; a trace brings
+    its own rows and priorities. Errors name the option's field and value.
+    """
+    if trace is None:
+        plan = schedule_from_options(
+            rate_rps=rate_rps, duration_s=duration_s, path=schedule, requests=requests,
+            burst_size=burst_size, allow_idle=False,
+        )
+        return Workload.from_schedule(
+            plan, seed, priority_mix=priority_mix, rows=rows, burst_gap_s=burst_gap_s
+        )
+    for name, value in (("rate", rate_rps), ("schedule", schedule), ("rows", rows),
+                        ("priority_mix", priority_mix), ("requests", requests)):
+        if value is not None:
+            raise ConfigError(
+                f"{name} = {value!r}: a trace brings its own arrivals, rows and priorities",
+                field=name, value=value,
+            )
+    return Workload.from_trace(read_trace(trace, model=trace_model), burst_gap_s=burst_gap_s)
 
 
 def _priorities(n: int, mix: Mapping[int, float] | None, seed: int) -> np.ndarray | None:

@@ -17,7 +17,6 @@ from autobatch.plan.simulator.engines.common import (
     Service,
     first_reaching,
     walk,
-    walk_single,
 )
 
 Batches = tuple[list[int], list[int], list[float], list[float]]
@@ -40,6 +39,7 @@ def run_rules(
     mbs = rules.max_batch_size
     delay = rules.delay_s
     max_pref = rules.max_preferred
+    best_tab = rules.best_tab
     curve_s, b_over, r_over = service.curve_s, service.batch_over_s, service.request_over_s
     free = [0.0] * instances
     sizes: list[int] = []
@@ -64,7 +64,13 @@ def run_rules(
         while True:
             avail = bisect_right(t, now, head, hi)
             if rows is None:
-                w_n, w_rows, best_n, best_rows, _, send_now = walk_single(avail - head, 0, rules)
+                # walk_single with no payload, inlined: this is the engine's hot loop.
+                w_n = avail - head
+                send_now = w_n > mbs
+                if send_now:
+                    w_n = mbs
+                w_rows = w_n
+                best_n = best_rows = best_tab[w_n]
             else:
                 w_n, w_rows, best_n, best_rows, _, send_now = walk(rows, head, avail, 0, rules)
             exceeded = delay > 0.0 and now >= deadline
