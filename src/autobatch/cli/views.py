@@ -278,6 +278,17 @@ def sim_renderable(result: SimResult, title: str) -> RenderableType:
             pr.add_row(str(p.level), str(p.requests), str(p.completed), str(p.rejected),
                        _ms(pl and pl.p50_ms), _ms(pl and pl.p99_ms))
         parts.append(pr)
+    notes = []
+    if result.rows != result.requests and result.rows:
+        notes.append(f"{result.rows} rows in {result.requests} requests: batch sizes count rows "
+                     f"({result.mean_batch_requests:.2f} requests per batch)")
+    if result.rejected:
+        rej = result.rejection
+        notes.append(f"rejected: {result.rejected_full} at arrival (queue full), {result.rejected_timeout} "
+                     f"timed out in the queue"
+                     + (f" (answered {rej.p50_ms:.0f} ms after arrival at p50, {rej.max_ms:.0f} at most)"
+                        if rej else ""))
+    parts.extend(Text(n) for n in notes)
     return Group(*parts)
 
 
