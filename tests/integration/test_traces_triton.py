@@ -25,9 +25,7 @@ from autobatch.lab.serve import EMULATOR_MODEL, TritonServer
 from autobatch.load import run_load
 from autobatch.traces import ArrivalTrace, read_trace
 
-from .conftest import REPOSITORY
-
-pytestmark = pytest.mark.triton
+from ..conftest import CURVES, REPOSITORY
 
 # 10 ms apart: Triton's trace order is its arrival order, whatever the client's threads do.
 SENT = ArrivalTrace.of([0.01 * k for k in range(12)], [1, 2, 3, 1, 4, 1, 2, 1, 3, 1, 1, 2], source="sent")
@@ -64,7 +62,7 @@ def test_tritons_own_trace_file_replays_as_arrivals(traced: Any, tmp_path: Path)
 
     # `autobatch simulate --trace` reads Triton's file; `--trace` of what load recorded too.
     for source in (path, recorded):
-        result = CliRunner().invoke(app, ["simulate", "--curve", "curves/laptop-256x144-fp16.yaml",
+        result = CliRunner().invoke(app, ["simulate", "--curve", str(CURVES / "laptop-256x144-fp16.yaml"),
                                           "--trace", str(source), "--json"])
         assert result.exit_code == 0, result.output
         out = json.loads(result.output)

@@ -37,9 +37,7 @@ from autobatch.plan.simulator import ServiceModel, Workload, simulate
 from autobatch.profiles import Profile, QueuePolicy
 from autobatch.traces import ArrivalTrace
 
-from .conftest import REPOSITORY
-
-pytestmark = pytest.mark.triton
+from ..conftest import REPOSITORY
 
 CURVE = BatchCurve({1: 2000.0, 32: 2000.0}, name="2 s per batch")
 PROFILE = Profile(name="bounded", max_batch_size=1, preferred_batch_size=(1,), max_queue_delay_us=0,

@@ -24,9 +24,7 @@ from autobatch.lab.serve import EMULATOR_MODEL
 from autobatch.lab.traces import make_trace, trace_fidelity
 from autobatch.profiles import Profile
 
-from .conftest import CURVES, REPOSITORY
-
-pytestmark = pytest.mark.triton
+from ..conftest import CURVES, REPOSITORY
 
 CURVE = load_curve(CURVES / "laptop-256x144-fp16.yaml")
 PROFILE = Profile(name="trace-fidelity", max_batch_size=8, preferred_batch_size=(4, 8),
