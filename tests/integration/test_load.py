@@ -24,7 +24,8 @@ from autobatch.schedule import Phase, Schedule, arrivals
 from ..helpers import autobatch
 
 MODEL = "dense_mlp"
-RECORD_FIELDS = {"index", "phase", "scheduled_s", "sent_s", "latency_ms", "outcome", "error"}
+RECORD_FIELDS = {"index", "phase", "scheduled_s", "sent_s", "latency_ms", "outcome", "error",
+                 "rows", "priority"}
 
 
 def test_cli_load_over_grpc_reports_every_request(triton: Any, tmp_path: Path) -> None:
