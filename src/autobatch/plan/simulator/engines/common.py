@@ -168,12 +168,6 @@ class Service:
         curve = (0.0,) + tuple(service.curve_ms(b) / 1000.0 for b in range(1, max_batch_size + 1))
         return cls(curve, service.batch_overhead_ms / 1000.0, service.request_overhead_ms / 1000.0)
 
-    def single_tab(self) -> list[float]:
-        """Instance time by batch size when every request is one row."""
-        return [0.0] + [
-            self.curve_s[b] + self.batch_over_s + b * self.request_over_s
-            for b in range(1, len(self.curve_s))
-        ]
 
 
 def _noise(service: ServiceModel, n: int, seed: int) -> list[float]:
