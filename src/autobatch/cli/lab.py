@@ -203,8 +203,9 @@ def demo(
         Path | None, typer.Option(help="Sidecar config (default: examples/sidecar.yaml).")
     ] = None,
     instances: Annotated[
-        int | None, typer.Option(help="dense_mlp's instance count in every run [the repository's].")
-    ] = None,
+        int, typer.Option(help="dense_mlp's instance count in every run (with one, Triton's default "
+                               "is the answer on a 2-core CPU: docs/ladders.md).")
+    ] = 2,
     plot: Annotated[Path | None, typer.Option(help="Write the controller's timeline as a PNG here.")] = None,
     keep: Annotated[
         Path | None, typer.Option(help="Keep the decision log in this folder.")
@@ -219,7 +220,7 @@ def demo(
     from autobatch.cli.views import DemoView, demo_table, demo_verdict_lines, plot_timeline, switches_table
     from autobatch.lab.demo import run_demo
 
-    if instances is not None and instances < 1:
+    if instances < 1:
         raise ConfigError(f"instances = {instances}: must be an integer >= 1")
     console = err if as_json else out
     done = run_demo(schedule_path=schedule, config_path=config, workdir=keep,

@@ -1,8 +1,8 @@
 """``autobatch demo``: the controller against Triton's default and a static profile, side by side.
 
-It starts Triton with dense_mlp on free loopback ports and drives the same
-short step load (``examples/schedules/demo.yaml``: low -> high -> low, 40 s)
-three times on it:
+It starts Triton with dense_mlp (two instances unless told otherwise) on free
+loopback ports and drives the same short step load
+(``examples/schedules/demo.yaml``: 30 -> 200 -> 30 req/s, 40 s) three times on it:
 
 1. with the sidecar from ``examples/sidecar.yaml`` (pointed at that Triton),
    starting from the ladder's first rung; it runs first, on a fresh model, so
