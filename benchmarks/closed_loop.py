@@ -48,13 +48,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from autobatch.config import load_yaml
-from autobatch.controller.config import SidecarConfig, sidecar_config_from_mapping
-from autobatch.lab.closed_loop import ClosedLoopResult, run_closed_loop
+from autobatch.controller.config import sidecar_config_from_mapping
+from autobatch.lab.closed_loop import ClosedLoopResult, SidecarProcess, run_closed_loop
 from autobatch.lab.device import DeviceMeter
 from autobatch.lab.haproxy import HAProxyProcess, http_rewrite_config, write_variant
 from autobatch.lab.process import poll_until
@@ -188,14 +189,28 @@ class Bench:
         finally:
             client.close()
 
-    def _config(self, path: Path, log: Path, gateway: bool) -> SidecarConfig:
+    def _config(self, path: Path, log: Path, gateway: bool) -> tuple[Path, str]:
+        """The example config pointed at this bench, written as its own file (every path
+        absolute); the file and the sidecar's URL."""
         data = dict(load_yaml(path))
         data["triton"] = {
             "http_url": self.triton.urls.http,
             "metrics_url": self.triton.urls.metrics,
             "grpc_url": self.triton.urls.grpc,
         }
-        data["server"] = {**dict(data.get("server") or {}), "listen": "127.0.0.1:0"}
+        listen = f"127.0.0.1:{free_port()}"
+        server = dict(data.get("server") or {})
+        server["listen"] = listen
+        if server.get("token_file"):
+            server["token_file"] = str((path.parent / server["token_file"]).resolve())
+        data["server"] = server
+        profiles = dict(data["profiles"])
+        profiles["dir"] = str((path.parent / profiles["dir"]).resolve())
+        data["profiles"] = profiles
+        policy = dict(data.get("policy") or {})
+        if policy.get("curve"):
+            policy["curve"] = str((path.parent / policy["curve"]).resolve())
+        data["policy"] = policy
         data["decision_log"] = str(log)
         if gateway:
             act = dict(data["actuator"])
@@ -206,21 +221,26 @@ class Bench:
                 for p in self.gateway_ladder
             }
             data["actuator"] = act
-        return sidecar_config_from_mapping(data, str(path), base=path.resolve().parent)
+        out = self.workdir / f"{log.stem}.yaml"
+        out.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+        sidecar_config_from_mapping(data, str(out), base=out.parent)  # bad config: fail here, not later
+        return out, f"http://{listen}"
 
     # -- the runs -----------------------------------------------------------------------------
     async def run(
         self, mode: str, schedule: Schedule, slo_ms: float, console: Console, seed: int
     ) -> ClosedLoopResult:
         base = self.triton.urls.http
-        sidecar = None
+        log = self.workdir / f"{mode}.jsonl"
+        log.unlink(missing_ok=True)
+        config: tuple[Path, str] | None = None
         if mode == "gateway":
             first = self.gateway_ladder[0]
             for p in self.gateway_ladder:
                 await self.fresh(variant_model(p.name), p)
             await self.route_to(variant_server(first.name))
             models = [variant_model(p.name) for p in self.gateway_ladder]
-            sidecar = self._config(EXAMPLES / "sidecar-gateway.yaml", self.workdir / f"{mode}.jsonl", True)
+            config = self._config(EXAMPLES / "sidecar-gateway.yaml", log, True)
         else:
             await self.route_to(RELOAD_SERVER)
             profile = (
@@ -231,25 +251,32 @@ class Bench:
             await self.fresh(MODEL, profile)
             models = [MODEL]
             if mode == "reload":
-                sidecar = self._config(EXAMPLES / "sidecar.yaml", self.workdir / f"{mode}.jsonl", False)
-        log = self.workdir / f"{mode}.jsonl"
-        log.unlink(missing_ok=True)
+                config = self._config(EXAMPLES / "sidecar.yaml", log, False)
         console.print(f"  {mode}: {schedule.duration_s:.0f} s of load ...", style="dim")
         meter = DeviceMeter(base, models)
-        try:
-            return await run_closed_loop(
-                schedule,
-                self.listen,
-                MODEL,
-                sidecar=sidecar,
-                slo_p95_ms=slo_ms,
-                mode=mode,
-                protocol="http",
-                device=meter,
-                seed=seed,
-            )
-        finally:
-            await meter.aclose()
+        # The sidecar runs as its own process (`autobatch run`), as in production: in this
+        # process it would share the interpreter lock with the load generator.
+        with contextlib.ExitStack() as stack:
+            url = None
+            if config is not None:
+                path, url = config
+                stack.enter_context(SidecarProcess(path, url, self.workdir / f"{mode}.log"))
+            try:
+                return await run_closed_loop(
+                    schedule,
+                    self.listen,
+                    MODEL,
+                    sidecar=None,
+                    sidecar_url=url,
+                    decision_log=log if config is not None else None,
+                    slo_p95_ms=slo_ms,
+                    mode=mode,
+                    protocol="http",
+                    device=meter,
+                    seed=seed,
+                )
+            finally:
+                await meter.aclose()
 
 
 # -- the comparison -----------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from autobatch.load import LoadReport, RequestRecord, run_load
 from autobatch.profiles import Profile
 from autobatch.schedule import Schedule
 
-__all__ = ["ClosedLoopResult", "PhaseSummary", "Sample", "apply_static", "run_closed_loop"]
+__all__ = ["ClosedLoopResult", "PhaseSummary", "Sample", "SidecarProcess", "apply_static", "run_closed_loop"]
 
 
 @dataclass(frozen=True)
@@ -132,6 +132,64 @@ async def apply_static(http_url: str, model: str, profile: Profile, timeout_s: f
         raise AutobatchError(f"could not apply {profile.name} to {model}: {result.message}")
 
 
+class SidecarProcess:
+    """``autobatch run --config PATH`` in a process of its own, as it runs in production.
+
+    Run in the process that drives the load, the sidecar shares that process's
+    interpreter lock with the load generator: a second spent parsing Triton's
+    metrics is a second the generator's sends and completions wait, and the
+    clients' latencies (and the controller's score) pay for it. As its own
+    process it costs about 1% of a core at a 1 s interval (the footprint
+    benchmark). ``url`` is its HTTP address (``server.listen`` of the config).
+    """
+
+    def __init__(
+        self, config_path: Path, url: str, log_path: Path, *, startup_timeout_s: float = 60.0
+    ) -> None:
+        from autobatch.lab.process import ManagedProcess
+
+        self.config_path = Path(config_path)
+        self.url = url.rstrip("/")
+        self.startup_timeout_s = startup_timeout_s
+        self._proc = ManagedProcess("autobatch run", log_path)
+
+    def start(self) -> SidecarProcess:
+        import sys
+
+        import httpx
+
+        from autobatch.lab.process import poll_until
+
+        self._proc.start([sys.executable, "-m", "autobatch", "run", "--config", str(self.config_path)])
+
+        def healthy() -> bool:
+            try:
+                return httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        poll_until(healthy, timeout_s=self.startup_timeout_s, what=f"the sidecar at {self.url}",
+                   check=lambda: self._proc.check_alive("while starting"))
+        return self
+
+    def stop(self) -> None:
+        self._proc.stop()
+
+    def __enter__(self) -> SidecarProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@dataclass
+class _RemoteStatus:
+    """The fields of the controller's status the samples and the live view read, from ``GET /status``."""
+
+    active: str | None = None
+    last_decision: dict[str, Any] | None = None
+
+
 class _Recorder:
     """Collects request records from the load thread; reads are cheap snapshots."""
 
@@ -178,10 +236,15 @@ async def run_closed_loop(
     seed: int = 0,
     protocol: str = "grpc",
     device: DeviceMeter | None = None,
+    sidecar_url: str | None = None,
+    decision_log: Path | None = None,
 ) -> ClosedLoopResult:
     """Drive ``schedule`` at ``url`` (``host:port`` of ``protocol``); with ``sidecar``
-    the controller runs alongside, else what is live stays. With ``device``, each
-    phase's device time per request is read from Triton's compute times."""
+    the controller runs alongside in this process, else what is live stays. With
+    ``sidecar_url`` a sidecar already running elsewhere (:class:`SidecarProcess`) is
+    followed through its ``/status``, and ``decision_log`` (its log) gives the
+    switches. With ``device``, each phase's device time per request is read from
+    Triton's compute times."""
     from autobatch.controller.app import run_sidecar
 
     recorder = _Recorder()
@@ -214,6 +277,11 @@ async def run_closed_loop(
     )
     samples: list[Sample] = []
     starts = schedule.starts_s
+    remote = None
+    if sidecar_url is not None:
+        import httpx
+
+        remote = httpx.AsyncClient(base_url=sidecar_url.rstrip("/"), timeout=2.0)
     # Device readings at each phase boundary: [start of phase 0, end of phase 0, ...].
     readings: list[DeviceTotals] = []
     bounds = [*starts[1:], schedule.duration_s]
@@ -238,6 +306,8 @@ async def run_closed_loop(
             phase = schedule.phases[i]
             rps, p95 = recorder.last(now)
             status = holder["sidecar"].controller.status if "sidecar" in holder else None
+            if remote is not None:
+                status = await _remote_status(remote)
             decision = status.last_decision if status else None
             sample = Sample(
                 t_s=round(now, 2),
@@ -263,14 +333,31 @@ async def run_closed_loop(
         stop.set()
         if sidecar_task is not None:
             await asyncio.gather(sidecar_task, return_exceptions=True)
+        if remote is not None:
+            await remote.aclose()
     switches: tuple[Switch, ...] = ()
-    if sidecar is not None and sidecar.decision_log is not None and Path(sidecar.decision_log).exists():
-        switches = tuple(_switches(Path(sidecar.decision_log), t0_wall=time.time() - (time.monotonic() - t0)))
+    log_path = decision_log if decision_log is not None else (sidecar.decision_log if sidecar else None)
+    if log_path is not None and Path(log_path).exists():
+        switches = tuple(_switches(Path(log_path), t0_wall=time.time() - (time.monotonic() - t0)))
     per_phase = ([readings[i + 1] - readings[i] for i in range(len(schedule.phases))]
                  if device is not None and readings else None)
     total = (readings[-1] - readings[0]) if device is not None and readings else None
     result = ClosedLoopResult(mode, schedule, slo_p95_ms, report, tuple(samples), switches, device=total)
     return replace(result, phases=tuple(_summaries(result, per_phase)))
+
+
+async def _remote_status(client: Any) -> _RemoteStatus | None:
+    """The sidecar's ``/status``; None when it does not answer (the sample says so)."""
+    import httpx
+
+    try:
+        r = await client.get("/status")
+        data = r.json() if r.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    return _RemoteStatus(active=data.get("active_profile"), last_decision=data.get("last_decision"))
 
 
 def _switches(log_path: Path, t0_wall: float) -> list[Switch]:

@@ -29,12 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import yaml
+
 from autobatch.config import load_yaml
 from autobatch.controller.config import SidecarConfig, sidecar_config_from_mapping
 from autobatch.errors import ConfigError
-from autobatch.lab.closed_loop import ClosedLoopResult, Sample, apply_static, run_closed_loop
+from autobatch.lab.closed_loop import ClosedLoopResult, Sample, SidecarProcess, apply_static, run_closed_loop
 from autobatch.lab.device import DeviceMeter
-from autobatch.lab.serve import TritonServer, project_root
+from autobatch.lab.serve import TritonServer, free_port, project_root
 from autobatch.profiles import Profile, load_profiles
 from autobatch.schedule import Schedule, load_schedule
 
@@ -66,7 +68,9 @@ def examples_dir() -> Path:
 def demo_sidecar_config(
     server: TritonServer, workdir: Path, config_path: Path | None = None
 ) -> SidecarConfig:
-    """The example sidecar config, pointed at ``server`` and logging into ``workdir``."""
+    """The example sidecar config, pointed at ``server`` and logging into ``workdir``; also
+    written as ``workdir/sidecar.yaml`` (every path absolute, a free port to listen on) for
+    ``autobatch run`` to read in a process of its own."""
     path = config_path or examples_dir() / "sidecar.yaml"
     data = load_yaml(path)
     if not isinstance(data, dict):
@@ -77,11 +81,21 @@ def demo_sidecar_config(
         "metrics_url": server.urls.metrics,
         "grpc_url": server.urls.grpc,
     }
+    here = path.resolve().parent
     server_section = dict(data.get("server") or {})
-    server_section["listen"] = "127.0.0.1:0"
+    server_section["listen"] = f"127.0.0.1:{free_port()}"
+    if server_section.get("token_file"):
+        server_section["token_file"] = str((here / server_section["token_file"]).resolve())
     data["server"] = server_section
+    for section, key in (("profiles", "dir"), ("policy", "curve"), ("actuator", "repository")):
+        sub = dict(data.get(section) or {})
+        if sub.get(key):
+            sub[key] = str((here / sub[key]).resolve())
+            data[section] = sub
     data["decision_log"] = str(workdir / "decisions.jsonl")
-    return sidecar_config_from_mapping(data, str(path), base=path.resolve().parent)
+    cfg = sidecar_config_from_mapping(data, str(path), base=here)
+    (workdir / "sidecar.yaml").write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return cfg
 
 
 @dataclass(frozen=True)
@@ -241,9 +255,20 @@ def run_demo(
 
 async def _one_run(server: TritonServer, schedule: Schedule, sidecar: SidecarConfig | None,
                    slo_ms: float, mode: str, on_sample: Callable[[Sample, Any], None]) -> ClosedLoopResult:
+    # The sidecar runs as its own process (`autobatch run`), as in production: in this
+    # process it would share the interpreter lock with the load generator, and the
+    # clients' latencies would pay for its work.
     meter = DeviceMeter(server.urls.http, [MODEL])
-    try:
-        return await run_closed_loop(schedule, server.urls.grpc, MODEL, sidecar=sidecar, slo_p95_ms=slo_ms,
-                                     mode=mode, on_sample=on_sample, device=meter)
-    finally:
-        await meter.aclose()
+    with contextlib.ExitStack() as stack:
+        url = log = None
+        if sidecar is not None:
+            assert sidecar.decision_log is not None
+            log = sidecar.decision_log
+            url = f"http://{sidecar.server.host}:{sidecar.server.port}"
+            stack.enter_context(SidecarProcess(log.parent / "sidecar.yaml", url, log.parent / "sidecar.log"))
+        try:
+            return await run_closed_loop(schedule, server.urls.grpc, MODEL, sidecar=None, sidecar_url=url,
+                                         decision_log=log, slo_p95_ms=slo_ms, mode=mode, on_sample=on_sample,
+                                         device=meter)
+        finally:
+            await meter.aclose()
