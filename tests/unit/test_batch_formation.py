@@ -151,10 +151,21 @@ def test_a_timeout_with_a_free_instance_is_prompt():
     assert res.rejected_at_s[0] * 1000 == pytest.approx(30.0)
 
 
+TWO_LEVELS = prof(priority_levels=2, default_priority_level=2)
+PRIORITY_MIX = Workload(t_s=np.array([0.0, 0.01]), duration_s=1.0, priority=np.array([1, 2]))
+
+
 @pytest.mark.parametrize("engine", ["triton", "rules"])
-def test_engines_that_do_not_model_queue_policies_refuse_them(engine):
-    with pytest.raises(ConfigError, match=rf"engine = '{engine}': does not model .* queue policies"):
-        simulate(BOUNDED, ServiceModel(SLOW_2S), arrivals(0, 10), engine=engine)
+@pytest.mark.parametrize(("profile", "work"), [(BOUNDED, arrivals(0, 10)), (TWO_LEVELS, PRIORITY_MIX)],
+                         ids=["queue policy", "priority levels"])
+def test_engines_that_do_not_model_a_feature_refuse_it(engine, profile, work):
+    """Neither FIFO engine models queue policies or priority levels (Triton forms batches
+    differently with them): each refuses both, naming itself, rather than answer wrongly;
+    the general engine, which models them, takes the same input."""
+    with pytest.raises(ConfigError, match=rf"^engine = '{engine}': does not model priority levels or "
+                                          r"queue policies .*use engine 'general'"):
+        simulate(profile, ServiceModel(SLOW_2S), work, engine=engine)
+    assert simulate(profile, ServiceModel(SLOW_2S), work, engine="general").requests == 2
 
 
 def test_rows_over_max_batch_size_are_refused():
