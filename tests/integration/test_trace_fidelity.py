@@ -47,6 +47,7 @@ def emulator(triton: Any):
     triton.load_emulator(load_curve(REPOSITORY / EMULATOR_MODEL / "curve.yaml"))
 
 
+@pytest.mark.serial  # measured latency against a prediction: alone, after the parallel tests
 def test_load_trace_and_simulate_trace_agree_within_15_percent(emulator: Any, tmp_path) -> None:
     result = trace_fidelity(emulator.urls.grpc, emulator.urls.http, EMULATOR_MODEL, CURVE, PROFILE,
                             TRACES, tmp_path, runs=RUNS)
