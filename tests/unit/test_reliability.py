@@ -613,6 +613,32 @@ async def test_a_scrape_over_the_cap_is_too_large_and_names_the_setting():
     assert info.value.reason == "too_large" and "signals.max_scrape_bytes" in str(info.value)
 
 
+async def test_a_huge_metrics_body_is_a_counted_stale_window_and_the_sidecar_stays_live(tmp_path):
+    """The 18.7 MB /metrics probe, scaled to a 100 kB cap: the controller refuses the body,
+    counts the error and the stale window (reason too_large), holds, and stays live but
+    not ready; nothing of the body reaches /status."""
+    body = big_metrics(200_000)
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=body))
+    clock = Clock()
+    async with httpx.AsyncClient(transport=transport) as client:
+        source = TritonSource("127.0.0.1:8000", "dense_mlp", client=client, max_bytes=100_000,
+                              batch_stats=False, clock=clock)
+        act = FakeActuator("balanced")
+        c = Controller(make_config(tmp_path), source, act, clock=clock)
+        await c.start()
+        for _ in range(3):
+            clock.t += 1
+            d = await c.tick()
+            assert not d.switch
+        get = c.registry.get_sample_value
+        assert get("autobatch_stale_windows_total", {"model": "dense_mlp", "reason": "too_large"}) == 3
+        assert c.status.errors["signals"] == 3 and "signals.max_scrape_bytes" in c.status.last_error
+        assert len(c.status.last_error) < 1000
+        assert c.health.live(clock()).ok and not c.health.ready(clock()).ok
+        assert act.applied == []
+        await c.aclose()
+
+
 async def test_a_body_without_a_length_is_cut_off_at_the_cap_too():
     async def chunks():
         for _ in range(1000):
