@@ -789,6 +789,72 @@ def test_sigterm_with_a_full_disk_exits_0_without_a_traceback(tmp_path):
     assert "Traceback" not in text and "sidecar stopped" in text
 
 
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(b"\xff\xfe s3cret", "the token is not UTF-8 text"),  # crashed the start-up with a traceback
+     (b"two words", "which an Authorization header cannot carry")],
+)
+def test_autobatch_run_refuses_an_unusable_token_file_in_one_line(tmp_path, content, message):
+    import subprocess
+    import sys
+
+    token = tmp_path / "token"
+    token.write_bytes(content)
+    token.chmod(0o600)
+    path = cli_config(tmp_path, decision_log=str(tmp_path / "d.jsonl"))
+    data = yaml.safe_load(path.read_text())
+    data["server"]["token_file"] = str(token)
+    path.write_text(yaml.safe_dump(data))
+    res = subprocess.run([sys.executable, "-m", "autobatch", "run", "--config", str(path)],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.startswith(f"autobatch: error: {token}: ") and message in res.stderr
+    assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
+
+
+def test_sighup_reopens_the_decision_log_after_rotation(tmp_path):
+    """logrotate moves the log and sends SIGHUP: the sidecar lives on (SIGHUP's default
+    action would end it), writes a new file at the path, and the moved one stays whole."""
+    import signal
+    import sys
+
+    from autobatch.lab.process import ManagedProcess, poll_until
+
+    log = tmp_path / "d.jsonl"
+    rotated = tmp_path / "d.jsonl.1"
+    path = cli_config(tmp_path, decision_log=str(log))
+    proc = ManagedProcess("sidecar", tmp_path / "sidecar.log")
+    proc.start([sys.executable, "-m", "autobatch", "run", "--config", str(path)])
+
+    def lines(p: Path) -> list[str]:
+        try:
+            return p.read_text().splitlines()
+        except FileNotFoundError:
+            return []
+
+    try:
+        alive = {"check": lambda: proc.check_alive("while running")}
+        # The SIGHUP handler is in place once the sidecar says it serves.
+        poll_until(lambda: "autobatch sidecar for" in (tmp_path / "sidecar.log").read_text()
+                   and len(lines(log)) >= 2, timeout_s=60, what="two decision log lines", **alive)
+        log.rename(rotated)
+        proc.signal(signal.SIGHUP)
+        poll_until(lambda: len(lines(log)) >= 2, timeout_s=60, what="two lines in the new log", **alive)
+        assert proc.running()
+        proc.signal(signal.SIGTERM)
+        poll_until(lambda: not proc.running(), timeout_s=30, what="the sidecar to exit")
+        code = proc.returncode
+    finally:
+        proc.stop()
+    text = (tmp_path / "sidecar.log").read_text()
+    assert code == 0, text[-2000:]
+    assert "Traceback" not in text
+    # Every line of both files parses (none torn by the rotation), and the new file
+    # carries on where the moved one stopped.
+    stamps = [json.loads(x)["ts"] for x in lines(rotated) + lines(log)]
+    assert stamps == sorted(stamps) and len(lines(log)) >= 2
+
+
 async def test_replay_agrees_with_a_sidecar_that_dwelt_after_its_start(tmp_path):
     from autobatch.plan.replay import parse_trace, replay
 
