@@ -1,7 +1,8 @@
 """The sidecar's own failure modes (issue 15), one regression test per probe, pure or loopback only.
 
-Each test names the probe it pins down. The same edges against the real Triton
-are in test_reliability.py; the fuzzing is in test_properties.py.
+Each test names the probe it pins down. Against the real Triton: liveness with
+Triton stopped in tests/integration/test_sidecar.py, and every fault of the issue
+under load in benchmarks/faults.py; the fuzzing is in test_properties.py.
 """
 
 from __future__ import annotations
