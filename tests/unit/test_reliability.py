@@ -450,8 +450,12 @@ def test_decision_log_follows_rotation(tmp_path):
     path.rename(tmp_path / "d.jsonl.1")  # logrotate without copytruncate
     log.write_line({"n": 2})
     assert [json.loads(x)["n"] for x in path.read_text().splitlines()] == [2]
+    held = log._file
     log.reopen()  # SIGHUP
+    # The handler only asks: a write running in the worker thread keeps its file.
+    assert held is not None and not held.closed and log._file is held
     log.write_line({"n": 3})
+    assert held.closed and log._file is not held
     assert [json.loads(x)["n"] for x in path.read_text().splitlines()] == [2, 3]
     log.close()
 

@@ -8,8 +8,8 @@ survives what disks and operators do to it:
   stops for it;
 * rotation: a file moved or deleted under the sidecar is noticed on the next
   write (the path no longer names the open file) and a new one is started; or
-  send SIGHUP (``autobatch run`` calls :meth:`DecisionLog.reopen`), as logrotate's
-  ``postrotate`` does;
+  send SIGHUP, as logrotate's ``postrotate`` does (``autobatch run`` calls
+  :meth:`DecisionLog.reopen`: the next write starts a new file);
 * a line cut short by a failed write is ended before the next one, so every
   later line parses;
 * closing never raises.
@@ -87,6 +87,7 @@ class DecisionLog:
         self._file: IO[str] | None = None
         self._identity: tuple[int, int] | None = None
         self._torn = False
+        self._reopen = False
 
     def open(self) -> None:
         """Open for appending at start-up; a path that cannot be one is a ``ConfigError``."""
@@ -102,25 +103,31 @@ class DecisionLog:
     def write_line(self, record: dict[str, Any]) -> None:
         """Append one line (blocking: call it through a :class:`Writer`). Raises OSError."""
         text = json.dumps(record, default=_jsonable) + "\n"
-        if self._file is None or self._moved():
+        if self._file is None or self._reopen or self._moved():
+            self._reopen = False
             self.close()
             self._open()
-        assert self._file is not None
+        f = self._file
+        assert f is not None
         try:
             if self._torn:
                 # The last write may have left half a line: end it so the next parses.
-                self._file.write("\n")
+                f.write("\n")
                 self._torn = False
-            self._file.write(text)
-            self._file.flush()
+            f.write(text)
+            f.flush()
         except OSError:
             self._torn = True
             self.close()
             raise
 
     def reopen(self) -> None:
-        """SIGHUP: let go of the file now; the next write opens the path again."""
-        self.close()
+        """SIGHUP: the next write closes the file and opens the path again.
+
+        Only a flag: the handler runs on the event loop while a write may be running
+        in the worker thread, and closing the file under it would fail that write.
+        """
+        self._reopen = True
 
     def close(self) -> None:
         f, self._file = self._file, None
