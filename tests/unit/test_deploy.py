@@ -158,6 +158,11 @@ def _sidecars(objects: list[dict]) -> list[tuple[dict, dict]]:
             if any(c["name"] == "autobatch" for c in d["spec"]["template"]["spec"]["containers"])]
 
 
+def _failing_for_s(probe: dict) -> int:
+    """How long a probe must fail before it acts (Kubernetes' defaults: every 10 s, 3 times)."""
+    return probe.get("periodSeconds", 10) * probe.get("failureThreshold", 3)
+
+
 def test_the_sidecar_is_hardened_and_runs_the_image_command(rendered):
     for name, objects in rendered.items():
         pairs = _sidecars(objects)
@@ -165,10 +170,12 @@ def test_the_sidecar_is_hardened_and_runs_the_image_command(rendered):
         dep, c = pairs[0]
         assert c["args"] == image_command()[1:] and "command" not in c
         assert c["ports"] == [{"name": "autobatch", "containerPort": 9400, "protocol": "TCP"}]
-        assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "autobatch"}
+        live, ready = c["livenessProbe"], c["readinessProbe"]
+        assert live["httpGet"] == ready["httpGet"] == {"path": "/healthz", "port": "autobatch"}
         if any(x["name"] == "triton" for x in dep["spec"]["template"]["spec"]["containers"]):
-            # Beside Triton, the sidecar's readiness would gate Triton's traffic: it has none.
-            assert "readinessProbe" not in c
+            # Beside Triton the sidecar's readiness gates Triton's traffic: a stalled sidecar
+            # must be restarted (liveness) before its readiness could take the pod out.
+            assert _failing_for_s(ready) > _failing_for_s(live)
         sc = c["securityContext"]
         assert sc["readOnlyRootFilesystem"] is True
         assert sc["allowPrivilegeEscalation"] is False
