@@ -88,6 +88,11 @@ class ProfileError(ConfigError):
 class ServeError(AutobatchError):
     """The embedded Triton server could not be started, reached or stopped."""
 
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+        """The setting at fault, when one is (``http_port``): a CLI maps it to its flag."""
+
 
 class TritonError(AutobatchError):
     """A Triton endpoint answered with an error, or could not be reached."""

@@ -11,7 +11,11 @@ from typing import Annotated, Any
 import typer
 
 from autobatch.cli.app import app, err, out, print_json, warn
-from autobatch.errors import AutobatchError, ConfigError
+from autobatch.errors import AutobatchError, ConfigError, ServeError
+
+SERVE_FLAGS = {"repository": "--repository", "http_port": "--http-port",
+               "grpc_port": "--grpc-port", "metrics_port": "--metrics-port"}
+"""TritonServer's settings that `serve` takes as flags, for its error messages."""
 
 
 class _Stop(Exception):
@@ -70,7 +74,13 @@ def serve(
     previous = signal.signal(signal.SIGTERM, _raise_stop)
     try:
         with err.status("starting tritonserver ..."):
-            server.start()
+            try:
+                server.start()
+            except (ConfigError, ServeError) as exc:
+                # The library names TritonServer's settings; here they are flags.
+                if exc.field in SERVE_FLAGS:
+                    raise type(exc)(f"{exc} (set with {SERVE_FLAGS[exc.field]})") from exc
+                raise
         out.print(f"Triton ready (pid {server.pid}), models from {server.repository}")
         out.print(f"  HTTP     {server.urls.http}")
         out.print(f"  gRPC     {server.urls.grpc}")

@@ -74,7 +74,12 @@ def status(
     from autobatch.controller.exposure import read_token
     from autobatch.controller.http import fetch_status
 
-    data = fetch_status(url, token=read_token(token_file))
+    try:
+        data = fetch_status(url, token=read_token(token_file))
+    except ConfigError as exc:
+        if exc.field == "token" and token_file is None:
+            raise ConfigError(f"{exc} (set with --token-file)", field="token") from exc
+        raise
     if as_json:
         print_json(data)
         return

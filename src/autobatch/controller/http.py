@@ -285,8 +285,9 @@ def fetch_status(
         else:
             r = client.get(base + "/status", timeout=timeout_s, headers=headers)
         if r.status_code == 401:
-            raise AutobatchError(f"{base}/status needs the bearer token (server.protect_reads): "
-                                 "pass --token-file")
+            given = "the token given was refused" if token else "no token was given"
+            raise ConfigError(f"{base}/status needs the bearer token (server.protect_reads): {given}",
+                              field="token")
         r.raise_for_status()
         data = r.json()
     except (httpx.HTTPError, ValueError) as exc:

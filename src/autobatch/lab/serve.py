@@ -224,7 +224,8 @@ class TritonServer:
         repo = self.repository
         if not repo.is_dir():
             raise ConfigError(
-                f"{repo}: model repository not found (pass --repository DIR)", source=str(repo)
+                f"repository = {str(repo)!r}: model repository not found (no such directory)",
+                source=str(repo), field="repository", value=str(repo),
             )
         available = list_models(repo)
         if not available:
@@ -245,7 +246,8 @@ class TritonServer:
             if _port_taken(self.urls.host, port):
                 raise ServeError(
                     f"{self.urls.host}:{port} ({label} port) is already in use; "
-                    f"pick another with --{label}-port"
+                    f"{label}_port = {port}: pick another",
+                    field=f"{label}_port",
                 )
         return models
 
