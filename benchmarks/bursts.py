@@ -1,6 +1,6 @@
 """Bursts on the real Triton: which way of modelling them matches the server?
 
-    /work/bin/heavy --quiet .venv/bin/python benchmarks/bursts.py          # ~1.5 min
+    .venv/bin/python benchmarks/bursts.py          # ~1.5 min
 
 Issue 13 found the simulator's engines disagreeing on the repository's bursty
 schedule (examples/schedules/bursty.yaml, its `burst` phase: bursts of 8 requests

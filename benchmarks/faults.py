@@ -1,6 +1,6 @@
 """The sidecar's own failure modes, injected one at a time against the real Triton under load.
 
-    /work/bin/heavy --quiet .venv/bin/python benchmarks/faults.py [--only NAME ...] [--json]
+    .venv/bin/python benchmarks/faults.py [--only NAME ...] [--json]
 
 Each fault gets a fresh sidecar (the real ``autobatch run``, a child process),
 an open-loop gRPC load on the model (40 requests/s; HTTP through HAProxy in

@@ -1,6 +1,6 @@
 """A long run of the real sidecar under oscillating and bursty load: does anything leak or flap?
 
-    /work/bin/heavy .venv/bin/python benchmarks/soak.py [--minutes 30] [--json]
+    .venv/bin/python benchmarks/soak.py [--minutes 30] [--json]
 
 The real ``autobatch run`` (a child process, ``policy.interval_s: 1``) against
 the real Triton serving the emulated accelerator (on a curve shaped like
@@ -17,7 +17,7 @@ them, and whether any came closer than the dwell; ticks, errors by stage,
 failed requests, and the share of /healthz polls that answered 200. Saved
 with ``record.save_result("soak", ...)``.
 
-Not a timing benchmark: run it under ``/work/bin/heavy`` (not ``--quiet``).
+Not a timing benchmark: it needs no quiet machine, only one that is not overloaded.
 """
 
 from __future__ import annotations

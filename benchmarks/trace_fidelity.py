@@ -1,6 +1,6 @@
 """Traces: `autobatch load --trace` on the real Triton against `autobatch simulate --trace`.
 
-    /work/bin/heavy --quiet .venv/bin/python benchmarks/trace_fidelity.py            # ~3 min
+    .venv/bin/python benchmarks/trace_fidelity.py            # ~3 min
     .venv/bin/python benchmarks/trace_fidelity.py --seconds 8 --runs 1 --json
 
 The emulated accelerator in the embedded Triton runs a curve from curves/

@@ -86,6 +86,22 @@ def test_nothing_points_at_the_design_folder_outside_the_repository() -> None:
     assert not hits, f"files pointing outside the repository: {hits}"
 
 
+def test_no_file_names_a_path_of_the_machine_it_was_written_on() -> None:
+    """A fresh clone has none of this machine's shared folders: commands run from the checkout."""
+    machine = "/" + "work/"  # split, so this file does not match itself
+    suffixes = {".py", ".md", ".yaml", ".yml", ".toml", ".sh", ".cfg", ".txt"}
+    hits = []
+    for folder in ("src", "tests", "benchmarks", "docs", "scripts", "examples", "deploy"):
+        for path in (ROOT / folder).rglob("*"):
+            if (path.is_file() and path.suffix in suffixes
+                    and machine in path.read_text(encoding="utf-8", errors="replace")):
+                hits.append(str(path.relative_to(ROOT)))
+    for name in ("README.md", "CONTRIBUTING.md", "pyproject.toml", "Makefile", "Dockerfile"):
+        if machine in (ROOT / name).read_text(encoding="utf-8"):
+            hits.append(name)
+    assert not hits, f"files naming a path of this machine: {hits}"
+
+
 def _contract_layers() -> list[str]:
     """The `layers` contract of pyproject.toml, top first, as `a | b` lines without `autobatch.`."""
     text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
