@@ -139,8 +139,7 @@ def measure(
     Example: autobatch measure --model emulated_accelerator --overheads-for curves/laptop-256x144-fp16.yaml
     --rate 100
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
+    from autobatch.cli.views import MeasureProgress
     from autobatch.curve import load_curve
     from autobatch.lab.measure import live_curve, measure_curve, measure_overheads, write_curve
 
@@ -169,25 +168,9 @@ def measure(
         spreads: dict[int, float] = {}
     else:
         sizes = int_list("--batch-sizes", batch_sizes)
-        per_size = warmup + repeats
-        with Progress(
-            TextColumn("measuring {task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            console=err,
-            transient=True,
-        ) as progress:
-            task = progress.add_task(f"{model} batch {sizes[0]}", total=len(sizes) * per_size)
-            index = {b: i for i, b in enumerate(sizes)}
-
-            def step(batch_size: int, done: int) -> None:
-                progress.update(
-                    task,
-                    completed=index[batch_size] * per_size + done,
-                    description=f"{model} batch {batch_size}",
-                )
-
-            measured = measure_curve(url, model, sizes, warmup=warmup, repeats=repeats, on_step=step)
+        with MeasureProgress(err, model, sizes, runs_per_size=warmup + repeats) as progress:
+            measured = measure_curve(url, model, sizes, warmup=warmup, repeats=repeats,
+                                     on_step=progress.step)
         curve = measured.curve
         spreads = {b: measured.spread(b) for b in sizes}
     if out_file is not None:

@@ -402,6 +402,33 @@ class LiveStatus:
         return Group(ProgressBar(total=total_s, completed=elapsed, width=40), line)
 
 
+class MeasureProgress:
+    """The progress bar of ``autobatch measure``: one bar over every run of every batch
+    size, named after the size being measured; :meth:`step` is ``measure_curve``'s
+    ``on_step``."""
+
+    def __init__(self, console: Console, model: str, sizes: Sequence[int], *, runs_per_size: int) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        self.model = model
+        self.runs_per_size = runs_per_size
+        self._index = {b: i for i, b in enumerate(sizes)}
+        self._progress = Progress(TextColumn("measuring {task.description}"), BarColumn(),
+                                  MofNCompleteColumn(), console=console, transient=True)
+        self._task = self._progress.add_task(f"{model} batch {sizes[0]}", total=len(sizes) * runs_per_size)
+
+    def __enter__(self) -> MeasureProgress:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+
+    def step(self, batch_size: int, done: int) -> None:
+        self._progress.update(self._task, completed=self._index[batch_size] * self.runs_per_size + done,
+                              description=f"{self.model} batch {batch_size}")
+
+
 def failure_lines(report: LoadReport) -> list[str]:
     """``phase: KIND n, KIND n`` for each phase with failures (the table only counts them)."""
     return [
