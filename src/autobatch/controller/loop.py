@@ -43,7 +43,7 @@ from autobatch.controller.config import SidecarConfig
 from autobatch.controller.files import DecisionLog, FileTimeout, SavedState, StateFile, Writer
 from autobatch.controller.health import Health
 from autobatch.controller.metrics import ControllerMetrics
-from autobatch.errors import AutobatchError, SignalError
+from autobatch.errors import AutobatchError, ConfigError, SignalError
 from autobatch.policy import Action, Decision, Reason, State, decide
 from autobatch.signals.window import Window
 
@@ -161,7 +161,14 @@ class Controller:
         self._log: DecisionLog | None = None
         if config.decision_log is not None:
             self._log = DecisionLog(config.decision_log)
-            self._log.open()  # a path that cannot be written is a ConfigError, before anything starts
+            try:
+                self._log.open()  # a path that cannot be written is a ConfigError, before anything starts
+            except ConfigError as exc:
+                # Checked at parse time as far as permissions tell; the open is the last word
+                # (root on a read-only file system), and its line names the config too.
+                self._writer.close()
+                raise ConfigError(f"{config.source}: {exc}", source=config.source,
+                                  field="decision_log", value=str(config.decision_log)) from exc
         self._state_file = StateFile(config.state_file) if config.state_file is not None else None
         self._saved: tuple[str | None, str | None, float | None] | None = None
 
