@@ -126,6 +126,7 @@ DELETE = object()
         ("signals.source", "statsd", "signals.source = 'statsd': must be one of"),
         ("signals.source", "prometheus",
          "signals.prometheus_url = None: is required when source is prometheus"),
+        ("signals.instances_per_replica", 0, "signals.instances_per_replica = 0: must be >= 1"),
         ("actuator.kind", "ssh", "actuator.kind = 'ssh': must be one of"),
         ("actuator.load_api", "rest", "actuator.load_api = 'rest': must be one of"),
         ("actuator.mode", "file", "actuator.repository = None: is required when mode is file"),
@@ -152,3 +153,20 @@ def test_autobatch_run_rejects_a_bad_config_before_starting_anything(tmp_path: P
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2
     assert res.stderr == f"autobatch: error: {bad}: slo.p95_ms = -5.0: must be > 0\n"
+
+
+def test_instances_per_replica_reaches_the_prometheus_source(tmp_path):
+    """Fleet mode's busy share needs the instances per replica; the direct source reads them."""
+    from autobatch.signals.factory import ReadTarget, build_source
+    from autobatch.signals.prometheus import PrometheusSource
+
+    data = edit("signals.source", "prometheus")
+    data["signals"].update(prometheus_url="http://127.0.0.1:9090", instances_per_replica=2)
+    cfg = sidecar_config_from_mapping(data, "sidecar.yaml", base=tmp_path)
+    assert cfg.signals.instances_per_replica == 2
+    source = build_source(cfg.signals, ReadTarget("dense_mlp", "http://127.0.0.1:8000"))
+    assert isinstance(source, PrometheusSource) and source.instances_per_replica == 2
+    unset = sidecar_config_from_mapping(edit("signals.source", "prometheus") | {
+        "signals": {"source": "prometheus", "prometheus_url": "http://127.0.0.1:9090"}}, "sidecar.yaml",
+        base=tmp_path)
+    assert unset.signals.instances_per_replica is None  # the busy share is left unknown
