@@ -11,16 +11,16 @@ filled in, and every alert expression must then return a series. Which alert fir
 on which scenario, and stays quiet on a healthy series, is promtool's part
 (tests/unit/test_monitoring.py).
 
-The window signals ``arrival_rps``, ``forecast_rps``, ``device_ms_per_request``,
-``busy_share`` and the gauge ``autobatch_capacity_rps`` come from branch
-i11-control: while the sidecar does not export them, their queries are reported as
-pending (Prometheus must still accept them); once it does, they are checked like the rest.
+Two series exist only once the policy has decided on data, not while a pin holds:
+``forecast_rps`` (the forecast needs three fresh windows after the start's settling)
+and ``autobatch_capacity_rps``. Sidecar A is pinned only after it has exported both,
+and the gauges keep their last values while it is pinned.
 """
 
 from __future__ import annotations
 
 import json
-import re
+import math
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -28,6 +28,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from autobatch.curve import BatchCurve
 from autobatch.lab.process import poll_until
@@ -40,8 +41,6 @@ from ..helpers import BackgroundLoad, Running
 
 CURVE = BatchCurve({1: 2.0, 2: 2.5, 4: 3.0, 8: 4.0, 16: 6.0, 32: 10.0}, name="monitoring")
 TOKEN = "monitoring-token"
-PENDING = {"arrival_rps", "forecast_rps", "device_ms_per_request", "busy_share", "autobatch_capacity_rps"}
-"""Names of branch i11-control's signals and gauge."""
 
 
 @pytest.fixture(scope="module")
@@ -90,9 +89,18 @@ def fill(expr: str) -> str:
     return expr.replace("$model", EMULATOR_MODEL).replace("$__rate_interval", "1m")
 
 
-def pending_in(expr: str, exported: str) -> set[str]:
-    """The i11-control names an expression uses that the sidecar does not export yet."""
-    return {n for n in PENDING if re.search(rf"\b{n}\b", expr) and not re.search(rf"\b{n}\b", exported)}
+def decided_on_data(sidecar: Running) -> bool:
+    """The sidecar exports a finite forecast and a capacity per profile: its policy has
+    decided on fresh windows (a pinned sidecar's decisions carry neither)."""
+    text = httpx.get(sidecar.url + "/metrics", timeout=5).text
+    forecast = capacities = 0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "autobatch_window_value" and sample.labels.get("signal") == "forecast_rps":
+                forecast += math.isfinite(sample.value)
+            elif sample.name == "autobatch_capacity_rps":
+                capacities += 1
+    return forecast == 1 and capacities > 0
 
 
 def test_every_panel_and_alert_expression_returns_a_series(tmp_path, server, capsys):
@@ -110,7 +118,6 @@ def test_every_panel_and_alert_expression_returns_a_series(tmp_path, server, cap
 
     panels["annotation switches"] = fill(board["annotations"]["list"][0]["expr"])
     results: dict[str, int] = {}
-    pending: dict[str, set[str]] = {}
     with BackgroundLoad(server.urls.grpc, EMULATOR_MODEL, 40.0, max_s=180.0, seed=21) as load, \
             Running(a_cfg) as a, ExitStack() as b_running:
         b = b_running.enter_context(Running(b_cfg))
@@ -120,6 +127,8 @@ def test_every_panel_and_alert_expression_returns_a_series(tmp_path, server, cap
                               rule_files=[DEPLOY / "prometheus" / "rules.yaml"]) as prom:
             poll_until(lambda: ask(prom, 'count(up{job="autobatch"} == 1) == 2'), timeout_s=30,
                        what="both sidecars scraped")
+            poll_until(lambda: decided_on_data(a), timeout_s=60, interval_s=0.5,
+                       what="sidecar A to export a forecast and the capacities")
             # An actuation failure: the pin to gpu is refused by Triton and dropped.
             pin(a, "gpu")
             a.wait_for(lambda s: s["errors"].get("actuate", 0) >= 1, 60, "the refused pin")
@@ -127,15 +136,9 @@ def test_every_panel_and_alert_expression_returns_a_series(tmp_path, server, cap
             for profile in ("triton-default", "aggressive", "triton-default"):
                 pin(a, profile)
                 a.wait_for(lambda s, p=profile: s["active_profile"] == p, 60, f"the pin to {profile}")
-            exported = httpx.get(a.url + "/metrics", timeout=5).text
 
             checks = {**panels, **{f"alert {k}": v for k, v in alerts.items() if k != "AutobatchSidecarDown"}}
             for name, expr in checks.items():
-                waiting = pending_in(expr, exported)
-                if waiting:
-                    pending[name] = waiting  # reported below; checked once the sidecar exports them
-                    ask(prom, expr)  # still a query Prometheus accepts
-                    continue
                 found = poll_until(lambda e=expr: ask(prom, e), timeout_s=45, interval_s=0.5,
                                    what=f"{name} to return a series: {expr}")
                 results[name] = len(found)
@@ -150,8 +153,7 @@ def test_every_panel_and_alert_expression_returns_a_series(tmp_path, server, cap
             poll_until(lambda: ask(prom, 'ALERTS{alertname="AutobatchActuationFailed",alertstate="firing"}'),
                        timeout_s=30, what="Prometheus to fire AutobatchActuationFailed")
     assert load.report is not None and load.report.total.failures == {}
-    assert set(results) | set(pending) == set(panels) | {f"alert {k}" for k in alerts}
-    assert all(not k.startswith("alert") for k in pending)
+    assert set(results) == set(panels) | {f"alert {k}" for k in alerts}
     with capsys.disabled():
-        print(f"\n[monitoring] {len(results)} queries returned series; pending on i11-control "
-              f"({len(pending)}): {', '.join(sorted(pending)) or 'none'}")
+        print(f"\n[monitoring] all {len(results)} queries returned series "
+              f"({len(panels)} dashboard, {len(alerts)} alerts)")
