@@ -109,7 +109,6 @@ def test_every_dashboard_metric_is_one_the_sidecar_or_triton_exports():
     ControllerMetrics(registry, "m", ["a", "b"])
     suffixes = ("", "_total", "_bucket", "_sum", "_count")
     exported = {fam.name + x for fam in registry.collect() for x in suffixes}
-    exported |= {"autobatch_capacity_rps"}  # the capacity gauge of branch i11-control
     used = {name for expr in dashboard_exprs().values()
             for name in re.findall(r"\b(autobatch_[a-z_]+|nv_[a-z_]+)\b", expr)}
     assert used and used <= exported, used - exported
