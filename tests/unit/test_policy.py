@@ -341,3 +341,16 @@ def test_decision_serialises_for_logs():
     data = d.to_dict()
     assert data["reason"] == "overload" and data["action"] == "switch" and data["kind"] == "survival"
     assert data["signals"]["demand_rps"] == pytest.approx(520.0 + 40.0 / 2.0)
+
+
+def test_the_package_exports_its_public_names():
+    # The policy lives in several modules (types, settings, rules, core, capacity,
+    # forecast); its importers see one surface.
+    import autobatch.policy as policy
+
+    assert sorted(policy.__all__) == [
+        "Action", "Decision", "Forecast", "Observation", "PolicySettings", "Reason", "State",
+        "batch_estimate", "capacity_rps", "decide", "device_ms_estimate", "floor_capacity_rps",
+        "holt", "live_factor",
+    ]
+    assert all(hasattr(policy, name) for name in policy.__all__)

@@ -1,0 +1,384 @@
+"""The rules behind one recommendation: survival, protective and efficiency.
+
+:func:`_recommend` reads the latest window (and, for the live capacity and the
+forecast, the windows before it) and names a target profile with a
+:class:`~autobatch.policy.types.Reason` and a message; :func:`autobatch.policy.decide`
+then confirms, dwells and stabilizes it. The kinds of rule, and why the survival
+rules look at arrivals rather than latency, are told in :mod:`autobatch.policy.core`.
+Pure: no clock, no I/O, no logging.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from autobatch.curve import BatchCurve
+from autobatch.policy.capacity import (
+    batch_estimate,
+    batch_ms,
+    capacity_rps,
+    device_ms_estimate,
+    floor_capacity_rps,
+    live_factor,
+)
+from autobatch.policy.forecast import Forecast, holt
+from autobatch.policy.settings import PolicySettings
+from autobatch.policy.types import Observation, Reason, State
+from autobatch.profiles import Profile
+
+EPS = 1e-9
+
+
+def _r(x: float | None, digits: int = 1) -> float | None:
+    return None if x is None else round(x, digits)
+
+
+@dataclass(frozen=True)
+class _Capacity:
+    """What every profile carries on this machine now, and why."""
+
+    rps: dict[int, float | None]
+    """Effective capacity by ladder index: the curve's, times the live factor."""
+    floor: dict[int, float | None]
+    factor: float | None
+
+
+def _capacities(history: Sequence[Observation], s: PolicySettings, curve: BatchCurve | None,
+                ) -> _Capacity:
+    """Capacities from the reference curve (the configured one, else the live points), times
+    the live factor measured against that same curve. The live points do not also lower
+    the capacities: their slowdown is in the factor already, and counting it twice would
+    make every profile look smaller than it is."""
+    reference = s.curve if s.curve is not None else curve
+    factor, _ = live_factor(history, reference, busy_ceiling=s.busy_ceiling,
+                            min_busy_share=s.live_min_busy)
+    scale = factor if factor is not None else 1.0
+    cap: dict[int, float | None] = {}
+    floor: dict[int, float | None] = {}
+    for i, p in enumerate(s.ladder):
+        c, f = capacity_rps(p, reference), floor_capacity_rps(p, reference)
+        cap[i] = None if c is None else c * scale
+        floor[i] = None if f is None else f * scale
+    return _Capacity(cap, floor, factor)
+
+
+def _forecast(history: Sequence[Observation], state: State, s: PolicySettings,
+              w: Observation) -> Forecast | None:
+    if not s.forecast:
+        return None
+    fresh = [h for h in history if not h.stale][-s.forecast_windows:]
+    window_s = max(w.end_s - w.start_s, EPS)
+    actuation = state.last_actuation_s if state.last_actuation_s is not None else s.default_actuation_s
+    horizon = (window_s + actuation) / window_s
+    return holt([h.arrival_rps for h in fresh], window_s=window_s, horizon_windows=horizon,
+                alpha=s.forecast_alpha, beta=s.forecast_beta, z=s.forecast_z)
+
+
+def _recommend(
+    w: Observation,
+    history: Sequence[Observation],
+    state: State,
+    s: PolicySettings,
+    cur_i: int,
+    curve: BatchCurve | None,
+    sig: dict[str, Any],
+) -> tuple[int, Reason, str]:
+    ladder = s.ladder
+    cur = ladder[cur_i]
+    delay_ms = cur.max_queue_delay_us / 1000.0
+    q = w.mean_queue_ms
+    b = w.mean_batch_size
+    arrival = w.arrival_rps
+    # What the profile must carry: the arrivals, or the completions while a backlog drains.
+    demand = max(arrival, w.inference_rps)
+    sig["demand_rps"] = round(demand, 3)
+    capacity = _capacities(history, s, curve)
+    cap = capacity.rps
+    sig["capacity_rps"] = {p.name: _r(cap[i]) for i, p in enumerate(ladder)}
+    sig["live_factor"] = _r(capacity.factor, 3)
+    forecast = _forecast(history, state, s, w)
+    sig["forecast_rps"] = None if forecast is None else round(forecast.rps, 1)
+    sig["forecast_trend_rps"] = None if forecast is None else round(forecast.trend_rps, 2)
+    sig["reaction_s"] = None if forecast is None else round(
+        forecast.horizon_windows * max(w.end_s - w.start_s, EPS), 2)
+    if curve is not None:
+        sig["device_ms_estimate"] = {
+            p.name: round(device_ms_estimate(p, demand, curve), 3) for p in ladder
+        }
+
+    failures = sum(v for k, v in (w.failure_rps or {}).items() if k in s.failure_reasons)
+    sig["failures_rps"] = failures
+
+    # Survival 1, overload: more arrives than the profile carries, in this one window;
+    # or the backlog has grown window after window and already takes long to drain.
+    c = cap[cur_i]
+    if c is not None:
+        over = arrival > c * s.overload_ratio + EPS
+        backlog = w.pending_requests or 0.0
+        drain_ms = backlog / max(c, EPS) * 1000.0
+        grew = _backlog_grew(history, state, s)
+        if over or (grew and drain_ms > s.overload_backlog_ratio * s.slo_p95_ms):
+            why = (
+                f"overload: {arrival:.0f}/s arrive, {cur.name} carries {c:.0f}/s"
+                if over else
+                f"overload: the backlog grew {s.overload_windows} windows in a row to "
+                f"{backlog:.0f} requests ({drain_ms:.0f} ms to drain at {c:.0f}/s)"
+            )
+            return _toward_capacity(cur_i, cap, demand, s, Reason.OVERLOAD, why)
+
+    # Survival 2, saturation seen in the queue: far above the max delay, and a backlog
+    # that persists: grown, or deeper than the largest batch, in each of the last
+    # overload_windows windows. One window of it is noise at a moderate load on a
+    # profile without a delay (one request waits out another's run, the gauge ticks up);
+    # as a survival move acts at once, it must not act on that.
+    far = q is not None and q > max(s.saturation_delay_ratio * delay_ms, s.saturation_min_queue_ms)
+    if far and _backlog_persists(history, state, s, max(cur.effective_preferred)):
+        what = f"saturated (queue {q:.1f} ms vs max delay {delay_ms:g} ms, backlog growing)"
+        if c is None:
+            return cur_i, Reason.SATURATED, (
+                f"{what} and no batch curve to show whether batching gains: only more replicas "
+                "surely help"
+            )
+        return _toward_capacity(cur_i, cap, demand, s, Reason.SATURATION, what)
+
+    # Survival 3, forecast: the arrivals projected over the reaction time would not be
+    # carried (with the margin), and the trend stands out of the noise.
+    if forecast is not None and c is not None and forecast.rising and (
+        forecast.rps * s.capacity_margin > c + EPS
+    ):
+        target_i, reason, why = _toward_capacity(
+            cur_i, cap, forecast.rps, s, Reason.FORECAST,
+            f"forecast: arrivals rising {forecast.trend_rps:+.1f}/s per window, "
+            f"{forecast.rps:.0f}/s in {sig['reaction_s']:g} s; {cur.name} carries {c:.0f}/s",
+        )
+        if target_i != cur_i:
+            return target_i, reason, why
+
+    # Protective: failures count as a breach; back off toward latency.
+    if failures > s.failure_rps_threshold + EPS:
+        return _toward_latency(
+            cur_i, capacity.floor, demand, s, Reason.FAILURES,
+            f"{failures:.2f} failed requests/s (rejected or timed out)",
+        )
+
+    # Efficiency toward latency: requests sit out the delay for batches that never fill.
+    if (
+        q is not None
+        and b is not None
+        and delay_ms > 0
+        and q >= s.near_delay_ratio * delay_ms
+        and b < min(cur.effective_preferred)
+    ):
+        if cur_i == 0:
+            return cur_i, Reason.STEADY, "waiting at the most latency-oriented profile already"
+        return _toward_latency(
+            cur_i, capacity.floor, demand, s, Reason.SELF_INFLICTED_WAIT,
+            f"queue {q:.1f} ms near max delay {delay_ms:g} ms while batches average {b:.1f} "
+            f"< preferred {min(cur.effective_preferred)}",
+        )
+
+    # The p95 rules only trust the summary once it has forgotten the previous profile.
+    p95_trusted = state.last_switch_s is None or w.start_s >= state.last_switch_s + s.p95_settle_s
+    sig["p95_trusted"] = p95_trusted
+    if p95_trusted and w.p95_ms is not None:
+        breach = w.p95_ms > s.slo_p95_ms or (
+            s.slo_p99_ms is not None and w.p99_ms is not None and w.p99_ms > s.slo_p99_ms
+        )
+        if breach:
+            return _toward_latency(
+                cur_i, capacity.floor, demand, s, Reason.SLO_BREACH,
+                f"p95 {w.p95_ms:.1f} ms over the SLO {s.slo_p95_ms:g} ms without saturation",
+            )
+        up = _efficiency_up(w, s, cur_i, curve, cap, demand, sig)
+        if up is not None:
+            return up
+
+    # Efficiency toward latency at low load: the lower profile costs about the same.
+    down = _low_load(s, cur_i, curve, capacity.floor, demand)
+    if down is not None:
+        return down
+    return cur_i, Reason.STEADY, sig.pop("efficiency", None) or "inside the band"
+
+
+def _backlog_persists(
+    history: Sequence[Observation], state: State, s: PolicySettings, deep: float
+) -> bool:
+    """Whether, in each of the last ``overload_windows`` fresh windows after the settling
+    of the last switch, the backlog grew or held more than ``deep`` requests."""
+    tail = list(history)[-s.overload_windows:]
+    if len(tail) < s.overload_windows:
+        return False
+    for h in tail:
+        if h.stale:
+            return False
+        if state.last_switch_s is not None and h.start_s < state.last_switch_s + s.settle_s - EPS:
+            return False
+        if not ((h.pending_delta or 0.0) > 0 or (h.pending_requests or 0.0) > deep):
+            return False
+    return True
+
+
+def _backlog_grew(history: Sequence[Observation], state: State, s: PolicySettings) -> bool:
+    """Whether the pending gauge grew in each of the last ``overload_windows`` windows,
+    all fresh and after the settling of the last switch."""
+    tail = list(history)[-s.overload_windows:]
+    if len(tail) < s.overload_windows:
+        return False
+    for h in tail:
+        if h.stale or (h.pending_delta or 0.0) <= 0:
+            return False
+        if state.last_switch_s is not None and h.start_s < state.last_switch_s + s.settle_s - EPS:
+            return False
+    return True
+
+
+def _toward_capacity(
+    cur_i: int,
+    cap: Mapping[int, float | None],
+    need: float,
+    s: PolicySettings,
+    reason: Reason,
+    why: str,
+) -> tuple[int, Reason, str]:
+    """The most latency-oriented profile with more capacity than the current one that
+    carries ``need`` with the margin; else the highest-capacity one if it gains enough."""
+    ladder = s.ladder
+    c = cap[cur_i]
+    assert c is not None
+    more = [i for i, x in cap.items() if x is not None and x > c + EPS]
+    carries = [i for i in more if cap[i] is not None and cap[i] >= need * s.capacity_margin - EPS]  # type: ignore[operator]
+    if carries:
+        i = min(carries)
+        return i, reason, f"{why}: {ladder[i].name} carries {cap[i]:.0f}/s"
+    best = max(range(len(ladder)), key=lambda i: (cap[i] or 0.0, -i))
+    top = cap[best] or 0.0
+    if best != cur_i and top >= c * s.min_gain - EPS:
+        return best, reason, (
+            f"{why}: {ladder[best].name} carries the most, {top:.0f}/s (less than "
+            f"{need:.0f}/s x {s.capacity_margin:g})"
+        )
+    return cur_i, Reason.SATURATED, (
+        f"{why}; no profile adds capacity on this curve: only more replicas help"
+    )
+
+
+def _efficiency_up(
+    w: Observation,
+    s: PolicySettings,
+    cur_i: int,
+    curve: BatchCurve | None,
+    cap: Mapping[int, float | None],
+    demand: float,
+    sig: dict[str, Any],
+) -> tuple[int, Reason, str] | None:
+    """A step toward throughput when it saves device time and p95 keeps its headroom.
+
+    Every profile above the current one is a candidate (a middle rung may form no
+    bigger batches than the current one at this rate while the next one does); the
+    one saving the most device time among those whose predicted p95 stays under
+    headroom x SLO and that carry the load wins.
+    """
+    ladder = s.ladder
+    assert w.p95_ms is not None
+    limit = s.headroom * s.slo_p95_ms
+    util_ok = w.utilization is None or w.utilization < s.util_ceiling
+    if w.p95_ms >= limit or not util_ok:
+        return None
+    if cur_i == len(ladder) - 1 or curve is None:
+        return None
+    cur = ladder[cur_i]
+    dev_cur = device_ms_estimate(cur, demand, curve)
+    b_cur = batch_estimate(cur, demand, curve)
+    best: tuple[float, int, float, float] | None = None
+    refused: list[str] = []
+    for i in range(cur_i + 1, len(ladder)):
+        nxt = ladder[i]
+        dev = device_ms_estimate(nxt, demand, curve)
+        saving = 1.0 - dev / dev_cur if dev_cur > 0 else 0.0
+        if saving < s.min_saving - EPS:
+            refused.append(f"{nxt.name} saves {saving:.0%}")
+            continue
+        # What it would add to p95: its extra wait for a batch, and the longer run of
+        # the bigger batch.
+        b = batch_estimate(nxt, demand, curve)
+        added = (_wait_ms(nxt, demand) - _wait_ms(cur, demand)) + max(
+            0.0, batch_ms(curve, b) - batch_ms(curve, b_cur))
+        predicted = w.p95_ms + max(0.0, added)
+        c = cap[i]
+        if predicted >= limit:
+            refused.append(f"{nxt.name} saves {saving:.0%} but its p95 would be ~{predicted:.0f} ms")
+            continue
+        if c is not None and c < demand * s.capacity_margin:
+            refused.append(f"{nxt.name} carries only {c:.0f}/s")
+            continue
+        if best is None or saving > best[0] + EPS:
+            best = (saving, i, dev, predicted)
+    if best is None:
+        # Not a decision yet: the low-load rule may still step down.
+        sig["efficiency"] = (
+            f"p95 has headroom, but at {demand:.0f}/s nothing above pays ({'; '.join(refused)}; "
+            f"need {s.min_saving:.0%} less device time, p95 under {limit:g} ms)"
+        )
+        return None
+    saving, i, dev, predicted = best
+    return i, Reason.EFFICIENCY, (
+        f"efficiency: {ladder[i].name} spends {dev:.2f} ms of device time per request vs "
+        f"{dev_cur:.2f} at {demand:.0f}/s ({saving:.0%} saved), p95 {w.p95_ms:.1f} -> "
+        f"~{predicted:.0f} ms < {limit:g}"
+    )
+
+
+def _wait_ms(p: Profile, rate_rps: float) -> float:
+    """How long a batch waits for its preferred size, at most the profile's max delay."""
+    delay = p.max_queue_delay_us / 1000.0
+    if delay <= 0:
+        return 0.0
+    fill = (min(p.effective_preferred) - 1) / max(rate_rps, EPS) * 1000.0
+    return min(delay, max(0.0, fill))
+
+
+def _low_load(
+    s: PolicySettings,
+    cur_i: int,
+    curve: BatchCurve | None,
+    floor: Mapping[int, float | None],
+    demand: float,
+) -> tuple[int, Reason, str] | None:
+    """A step toward latency when the lower profile costs about the same device time and
+    carries the load without a backlog."""
+    if cur_i == 0 or curve is None:
+        return None
+    cur, lower = s.ladder[cur_i], s.ladder[cur_i - 1]
+    dev_cur = device_ms_estimate(cur, demand, curve)
+    dev_low = device_ms_estimate(lower, demand, curve)
+    if dev_low > dev_cur * (1 + s.latency_tolerance) + EPS:
+        return None
+    f = floor[cur_i - 1]
+    if f is not None and f < demand * s.capacity_margin:
+        return None
+    return cur_i - 1, Reason.LOW_LOAD, (
+        f"low load: at {demand:.0f}/s {lower.name} spends {dev_low:.2f} ms of device time per "
+        f"request vs {dev_cur:.2f}, for less waiting"
+    )
+
+
+def _toward_latency(
+    cur_i: int,
+    floor: Mapping[int, float | None],
+    demand: float,
+    s: PolicySettings,
+    reason: Reason,
+    why: str,
+) -> tuple[int, Reason, str]:
+    if cur_i == 0:
+        return cur_i, Reason.AT_LIMIT, f"{why}; already at the most latency-oriented profile"
+    lower = s.ladder[cur_i - 1]
+    c = floor[cur_i - 1]
+    if c is not None and c < demand * s.capacity_margin:
+        return cur_i, Reason.CAPACITY, (
+            f"{why}; but {lower.name} carries only {c:.0f}/s without a backlog, "
+            f"for a load of {demand:.0f}/s"
+        )
+    return cur_i - 1, reason, why

@@ -1,0 +1,116 @@
+"""The default policy's knobs: :class:`PolicySettings`, validated when built."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autobatch.curve import BatchCurve
+from autobatch.profiles import Profile
+
+__all__ = ["PolicySettings"]
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """Knobs of the default policy. Every time is in seconds unless its name says otherwise."""
+
+    ladder: tuple[Profile, ...]
+    """Profiles, most latency-oriented first. At least two."""
+    slo_p95_ms: float
+    """The latency objective the p95 rules compare against."""
+    slo_p99_ms: float | None = None
+    """Optional p99 objective; a breach of it counts like a p95 breach."""
+    headroom: float = 0.7
+    """An efficiency step toward throughput needs p95, and the p95 predicted on the next
+    profile, under headroom x SLO (the reference article's 0.7)."""
+    util_ceiling: float = 0.6
+    """...and accelerator utilisation < this. Ignored when the signal is absent (CPU)."""
+    confirmations: int = 3
+    """Consecutive fresh windows that must recommend the same target before a protective or
+    efficiency switch. Survival switches act on one window."""
+    min_dwell_s: float = 20.0
+    """No protective or efficiency switch within this long after the previous one. Survival
+    switches (toward more capacity) and a manual pin are exempt."""
+    settle_s: float = 2.0
+    """Windows starting less than this after a switch are ignored (reload, warm-up)."""
+    p95_settle_s: float = 60.0
+    """The summary p95 holds up to 60 s of the previous profile; p95 rules wait this long."""
+    stabilization_s: float = 30.0
+    """A step toward latency for efficiency (self-inflicted waiting, low load) needs every
+    recommendation of the last this-many seconds to agree (0 turns stabilization off)."""
+    max_window_age_s: float = 30.0
+    """A window that ended longer ago than this is stale (the scraper is stuck)."""
+    near_delay_ratio: float = 0.5
+    """Self-inflicted waiting: mean queue time >= this x the profile's max delay ..."""
+    saturation_delay_ratio: float = 3.0
+    """Saturation: mean queue time > this x the max delay (and the backlog growing)."""
+    saturation_min_queue_ms: float = 5.0
+    """...and above this floor, so a near-zero max delay does not make every wait saturation."""
+    capacity_margin: float = 1.25
+    """A profile 'carries' a load when its capacity >= load x this."""
+    min_gain: float = 1.1
+    """With no profile that carries the load, switch to the highest-capacity one only if it
+    carries at least this x the current capacity (the curve shows a gain)."""
+    failure_rps_threshold: float = 0.0
+    """Failures per second above this count as a breach (0: any failure)."""
+    failure_reasons: tuple[str, ...] = ("REJECTED", "CANCELED")
+    """Triton failure reasons that count: queue rejections and timeouts/cancellations."""
+    curve: BatchCurve | None = None
+    """A measured batch curve (``autobatch measure``), the prior for capacity; live points win."""
+    overload_ratio: float = 1.0
+    """Overload: arrivals above this x the current profile's capacity, in one window."""
+    overload_windows: int = 2
+    """Overload also: the backlog grew in this many consecutive windows ..."""
+    overload_backlog_ratio: float = 0.5
+    """... and draining it at the current capacity takes longer than this x the SLO."""
+    busy_ceiling: float = 0.9
+    """The busy share at which a profile is full on this machine (executions never follow
+    each other without a gap): the live capacity is what the curve predicts, scaled by the
+    measured busy time and this. 1 trusts the curve's back-to-back batches."""
+    live_min_busy: float = 0.3
+    """Windows whose instances were busy less than this share say too little about
+    capacity; the last one above it sets the live factor."""
+    forecast: bool = True
+    """Move before saturation on the projected arrival rate (False: only on what is seen)."""
+    forecast_windows: int = 10
+    """Holt's forecast runs over this many latest fresh windows (at least 3 to say anything)."""
+    forecast_alpha: float = 0.5
+    """Holt's level smoothing: the weight of the newest window."""
+    forecast_beta: float = 0.3
+    """Holt's trend smoothing."""
+    forecast_z: float = 3.5
+    """A trend counts only above this many standard deviations of the trend Poisson noise
+    (or the observed noise, if larger) would produce: steady load must not trip it."""
+    default_actuation_s: float = 3.0
+    """The reaction time's actuation part before the first switch measures it (a reload of
+    dense_mlp here takes about 3 s; a gateway shift a fraction of a second)."""
+    min_saving: float = 0.15
+    """An efficiency step toward throughput needs the next profile's device time per request
+    at most (1 - this) x the current one's: a smaller saving is not worth the latency."""
+    latency_tolerance: float = 0.05
+    """An efficiency step toward latency is taken when the lower profile costs at most
+    (1 + this) x the current device time per request (at low load they all cost the same).
+    Less than ``min_saving``, so the two rules leave a band where neither moves."""
+
+    def __post_init__(self) -> None:
+        if len(self.ladder) < 2:
+            raise ValueError("the profile ladder needs at least two profiles")
+        names = [p.name for p in self.ladder]
+        if len(set(names)) != len(names):
+            raise ValueError(f"profile names in the ladder must be unique: {names}")
+        if self.confirmations < 1:
+            raise ValueError("confirmations must be >= 1")
+        if self.overload_windows < 1:
+            raise ValueError("overload_windows must be >= 1")
+        if not 0 < self.busy_ceiling <= 1:
+            raise ValueError("busy_ceiling must be in (0, 1]")
+        if not (0 < self.forecast_alpha <= 1 and 0 < self.forecast_beta <= 1):
+            raise ValueError("forecast_alpha and forecast_beta must be in (0, 1]")
+        if self.latency_tolerance >= self.min_saving:
+            raise ValueError("latency_tolerance must be below min_saving, or the ladder flaps")
+
+    def index(self, name: str) -> int:
+        for i, p in enumerate(self.ladder):
+            if p.name == name:
+                return i
+        raise KeyError(name)

@@ -1,0 +1,169 @@
+"""What the policy reads and returns: the window it observes, its reasons, its memory, its decision.
+
+:class:`Observation` is what :func:`~autobatch.policy.decide` reads from a window;
+:class:`Reason` says why it did what it did, and :attr:`Reason.kind` groups the
+reasons (survival, protective, efficiency, manual, hold: see
+:mod:`autobatch.policy.core`); :class:`State` is what it remembers between
+calls; :class:`Decision` is what one step returns. The knobs are
+:class:`~autobatch.policy.settings.PolicySettings`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import Any, Protocol
+
+__all__ = ["Action", "Decision", "Observation", "Reason", "State"]
+
+
+class Observation(Protocol):
+    """What the policy reads from a window (``autobatch.signals.Window`` fits)."""
+
+    start_s: float
+    end_s: float
+    inference_rps: float
+    exec_rps: float
+    failure_rps: Mapping[str, float]
+    mean_batch_size: float | None
+    mean_queue_ms: float | None
+    pending_requests: float | None
+    pending_delta: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    batch_curve_ms: Mapping[int, float]
+    utilization: float | None
+    device_ms_per_request: float | None
+    busy_instances: float | None
+    busy_share: float | None
+    stale: bool
+    stale_reason: str | None
+
+    @property
+    def arrival_rps(self) -> float: ...
+
+
+class Action(str, Enum):
+    HOLD = "hold"
+    SWITCH = "switch"
+
+
+class Reason(str, Enum):
+    """Why the policy did what it did: a metric label and a log field."""
+
+    # holds
+    STEADY = "steady"  # inside the band: nothing to do
+    NO_DATA = "no_data"  # no window yet, or the window lacks the signals needed
+    STALE = "stale"  # the latest window is stale or too old
+    SETTLING = "settling"  # the window overlaps the last switch
+    DWELL = "dwell"  # minimum dwell after a switch not over
+    CONFIRMING = "confirming"  # a move is recommended, not yet by N windows in a row
+    STABILIZING = "stabilizing"  # a move toward latency, vetoed by a recent recommendation
+    SATURATED = "saturated"  # saturated, and no profile would add capacity
+    CAPACITY = "capacity"  # toward latency wanted, but the lower profile cannot carry the load
+    AT_LIMIT = "at_limit"  # the move would leave the ladder
+    PINNED = "pinned"  # a manual pin holds the profile
+    # survival: the profile cannot carry the load (now, or within the reaction time)
+    OVERLOAD = "overload"  # arrivals above capacity, or a backlog growing window after window
+    FORECAST = "forecast"  # arrivals projected over the reaction time exceed what it carries
+    SATURATION = "saturation"  # queue far above the max delay and the backlog growing
+    # protective
+    SLO_BREACH = "slo_breach"  # p95 over the SLO and not saturated: back off
+    FAILURES = "failures"  # rejected/timed-out requests: back off
+    # efficiency
+    EFFICIENCY = "efficiency"  # the next profile saves device time, p95 stays inside headroom
+    SELF_INFLICTED_WAIT = "self_inflicted_wait"  # waiting for batches that never fill
+    LOW_LOAD = "low_load"  # device time barely differs: take the lower latency
+    # manual
+    PIN = "pin"  # switching to a manually pinned profile
+
+    @property
+    def kind(self) -> str:
+        """``survival``, ``protective``, ``efficiency``, ``manual`` or ``hold``."""
+        return _KINDS.get(self, "hold")
+
+
+_KINDS = {
+    Reason.OVERLOAD: "survival",
+    Reason.FORECAST: "survival",
+    Reason.SATURATION: "survival",
+    Reason.SLO_BREACH: "protective",
+    Reason.FAILURES: "protective",
+    Reason.EFFICIENCY: "efficiency",
+    Reason.SELF_INFLICTED_WAIT: "efficiency",
+    Reason.LOW_LOAD: "efficiency",
+    Reason.PIN: "manual",
+}
+
+
+@dataclass(frozen=True)
+class State:
+    """What the policy remembers between calls. Start with :meth:`initial`."""
+
+    active: str
+    """The profile the policy believes is live."""
+    last_switch_s: float | None = None
+    """When the last switch (or failed attempt) happened; None before the first."""
+    streak_target: str | None = None
+    """The target recommended by the latest consecutive windows ..."""
+    streak: int = 0
+    """... and how many windows in a row."""
+    last_window_end_s: float | None = None
+    """End of the latest window counted, so one window is never counted twice."""
+    recommendations: tuple[tuple[float, int], ...] = ()
+    """(time, ladder index) of recent recommendations, for the stabilization window."""
+    pin: str | None = None
+    """A manually pinned profile; overrides everything."""
+    last_actuation_s: float | None = None
+    """How long the last switch took to apply (the forecast's horizon includes it)."""
+    last_switch_failed: bool = False
+    """The last switch failed: every move dwells, survival too (retrying a refused
+    profile every window would hammer the server)."""
+
+    @classmethod
+    def initial(cls, active: str) -> State:
+        return cls(active=active)
+
+    def pinned(self, name: str | None) -> State:
+        return replace(self, pin=name, streak_target=None, streak=0)
+
+    def switched(self, to: str, at_s: float, duration_s: float | None = None) -> State:
+        """The switch to ``to`` happened (the controller calls this after the actuator
+        succeeds); ``duration_s`` is how long applying it took."""
+        took = self.last_actuation_s if duration_s is None else duration_s
+        return replace(self, active=to, last_switch_s=at_s, streak_target=None, streak=0,
+                       last_actuation_s=took, last_switch_failed=False)
+
+    def switch_failed(self, active: str, at_s: float) -> State:
+        """The switch failed and ``active`` is live again: dwell before trying anything else."""
+        return replace(self, active=active, last_switch_s=at_s, streak_target=None, streak=0,
+                       last_switch_failed=True)
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    current: str
+    target: str
+    reason: Reason
+    message: str
+    at_s: float
+    signals: Mapping[str, Any] = field(default_factory=dict)
+    """The figures the decision rested on (for logs, /status and replay)."""
+
+    @property
+    def switch(self) -> bool:
+        return self.action is Action.SWITCH
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "at_s": self.at_s,
+            "action": self.action.value,
+            "current": self.current,
+            "target": self.target,
+            "reason": self.reason.value,
+            "kind": self.reason.kind,
+            "message": self.message,
+            "signals": dict(self.signals),
+        }
