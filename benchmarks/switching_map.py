@@ -33,9 +33,9 @@ from typing import Any
 
 from autobatch.config import load_yaml
 from autobatch.curve import BatchCurve, load_curve
-from autobatch.plan.planner import batching_verdict, candidate_profiles
 from autobatch.plan.simulator import ServiceModel
 from autobatch.plan.switching import DEFAULT_PROFILE, SwitchingMap, switching_map, triton_default
+from autobatch.plan.verdict import batching_verdict, candidate_profiles
 from autobatch.profiles import Profile, load_profiles
 from autobatch.schedule import Phase, Schedule, load_schedule
 

@@ -8,15 +8,10 @@ import pytest
 
 from autobatch.curve import BatchCurve, PointKind, load_curve
 from autobatch.errors import ConfigError
-from autobatch.plan.planner import (
-    VerdictKind,
-    batching_verdict,
-    candidate_profiles,
-    gain_table,
-    make_plan,
-    max_sustained_rate,
-)
+from autobatch.plan.planner import make_plan
 from autobatch.plan.simulator import ServiceModel
+from autobatch.plan.sweep import max_sustained_rate
+from autobatch.plan.verdict import VerdictKind, batching_verdict, candidate_profiles, gain_table
 from autobatch.profiles import Profile, profile_from_mapping
 
 from ..conftest import CURVES

@@ -31,10 +31,11 @@ from autobatch.lab.closed_loop import ClosedLoopResult, Sample
 from autobatch.lab.demo import DemoResult, DemoSetup
 from autobatch.load.report import OK, LoadReport, RequestRecord
 from autobatch.plan.lanes import Lanes
-from autobatch.plan.planner import Plan, VerdictKind
+from autobatch.plan.planner import Plan
 from autobatch.plan.sessions import SessionsResult
 from autobatch.plan.simulator import SimResult
 from autobatch.plan.switching import SwitchingKind, SwitchingMap
+from autobatch.plan.verdict import VerdictKind
 from autobatch.schedule import Schedule
 from autobatch.signals.window import Window
 

@@ -1,6 +1,8 @@
 """The planner: does batching pay here, what may wait, and what each profile would do.
 
-:func:`make_plan` puts the pieces together for one curve and one SLO:
+:func:`make_plan` puts the pieces together for one curve and one SLO (the gains,
+the verdict and the candidate profiles are :mod:`autobatch.plan.verdict`'s, the
+load sweep :mod:`autobatch.plan.sweep`'s):
 
 1. the batch gain per size (per-item time against batch 1), every size
    flagged measured, interpolated or extrapolated;
@@ -31,7 +33,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
 from autobatch.curve import BatchCurve, PointKind
@@ -46,322 +47,26 @@ from autobatch.plan.slo import (
     largest_fitting_batch,
     queue_budget,
 )
+from autobatch.plan.sweep import SweepPoint, max_sustained_rate
 from autobatch.plan.switching import SwitchingMap, pick_profile, switching_map, triton_default
+from autobatch.plan.verdict import (
+    GainRow,
+    Verdict,
+    VerdictKind,
+    batching_verdict,
+    candidate_profiles,
+    gain_table,
+)
 from autobatch.profiles import Profile
 from autobatch.schedule import Phase, Schedule
 
 __all__ = [
     "Candidate",
-    "GainRow",
     "LoadSpec",
     "Plan",
-    "SweepPoint",
-    "Verdict",
-    "VerdictKind",
     "assumed_step",
-    "batching_verdict",
-    "candidate_profiles",
-    "gain_table",
     "make_plan",
-    "max_sustained_rate",
 ]
-
-MARGINAL_GAIN = 0.9
-"""A best per-item ratio at or above this (under 10% saved) makes batching marginal."""
-
-
-# -- gains and the verdict ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class GainRow:
-    batch_size: int
-    ms: float
-    per_item_ms: float
-    gain: float
-    """Per-item time relative to batch 1 (< 1: batching pays at this size)."""
-    throughput_rps: float
-    """Items per second of one instance running batches of this size back to back."""
-    kind: PointKind
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "batch_size": self.batch_size,
-            "ms": round(self.ms, 4),
-            "per_item_ms": round(self.per_item_ms, 4),
-            "gain": round(self.gain, 4),
-            "throughput_rps": round(self.throughput_rps, 2),
-            "kind": self.kind.value,
-        }
-
-
-def gain_table(curve: BatchCurve, max_batch_size: int) -> tuple[GainRow, ...]:
-    """Every measured size and every power of two up to ``max_batch_size``."""
-    sizes = {b for b in curve.sizes if b <= max_batch_size}
-    b = 1
-    while b <= max_batch_size:
-        sizes.add(b)
-        b *= 2
-    rows = []
-    for b in sorted(sizes):
-        est = curve.estimate(b)
-        rows.append(
-            GainRow(
-                batch_size=b,
-                ms=est.ms,
-                per_item_ms=est.per_item_ms,
-                gain=curve.gain(b),
-                throughput_rps=curve.throughput_rps(b),
-                kind=est.kind,
-            )
-        )
-    return tuple(rows)
-
-
-class VerdictKind(str, Enum):
-    LOSES = "loses"
-    MARGINAL = "marginal"
-    PAYS = "pays"
-
-
-@dataclass(frozen=True)
-class Verdict:
-    kind: VerdictKind
-    best_batch: int
-    """The measured size (<= the max batch size considered) with the lowest per-item time."""
-    best_gain: float
-    message: str
-
-    @property
-    def batching_pays(self) -> bool:
-        return self.kind is VerdictKind.PAYS
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind.value,
-            "batching_pays": self.batching_pays,
-            "best_batch": self.best_batch,
-            "best_gain": round(self.best_gain, 4),
-            "message": self.message,
-        }
-
-
-def batching_verdict(curve: BatchCurve, max_batch_size: int | None = None) -> Verdict:
-    """Judge on measured sizes only: an extrapolated gain is a guess, not evidence."""
-    sizes = [b for b in curve.sizes if max_batch_size is None or b <= max_batch_size]
-    if 1 not in curve.points:
-        # Without a measured batch 1 the ratio itself rests on an extrapolation.
-        sizes = [b for b in sizes if b != 1]
-    best = min(sizes, key=lambda b: (curve.gain(b), b), default=1)
-    gain = curve.gain(best) if best != 1 else 1.0
-    if best == 1 or gain >= 1.0:
-        return Verdict(
-            VerdictKind.LOSES,
-            1,
-            1.0,
-            "batching lowers throughput on this device: serve batch 1, do not wait",
-        )
-    if gain >= MARGINAL_GAIN:
-        return Verdict(
-            VerdictKind.MARGINAL,
-            best,
-            gain,
-            f"batching barely pays on this device: batch {best} takes {gain:.2f}x the per-item "
-            f"time of batch 1; batch what queues up, do not wait for more",
-        )
-    return Verdict(
-        VerdictKind.PAYS,
-        best,
-        gain,
-        f"batching pays on this device: batch {best} takes {gain:.2f}x the per-item time of "
-        f"batch 1 ({1 / gain:.2f}x the throughput); batch up to {best}",
-    )
-
-
-# -- candidates -----------------------------------------------------------------------------
-
-
-def _pow2_between(lo: int, hi: int) -> list[int]:
-    out, b = [], 1
-    while b <= hi:
-        if b >= lo:
-            out.append(b)
-        b *= 2
-    return out
-
-
-def candidate_profiles(
-    curve: BatchCurve,
-    verdict: Verdict,
-    max_batch_size: int,
-    delay_ms: float,
-    *,
-    allow_extrapolation: bool = False,
-    model: str | None = None,
-    instances: int | None = None,
-    model_max_batch_size: int | None = None,
-) -> tuple[Profile, ...]:
-    """Profiles from latency-soft to aggressive, for a profile max batch size and the
-    SLO's delay.
-
-    The batches are capped by the preferred sizes (Triton sends the largest
-    preferred size it can form; only a payload whose delay ran out grows past
-    it, toward ``max_batch_size``), while each profile's own
-    ``max_batch_size`` stays the model's (``model_max_batch_size``): a profile
-    the sidecar applies must not start rejecting clients that send multi-row
-    requests.
-
-    ``latency-soft`` never waits: it batches only what queued up while the
-    instance was busy. ``balanced`` waits a quarter of the delay and sends
-    half batches early. ``aggressive`` waits up to the whole delay for the
-    best batch. When batching loses there are two: batch 1 with no wait, and
-    an aggressive one kept only to show what it would cost.
-    """
-    sizes = [
-        b
-        for b in (curve.sizes if not allow_extrapolation else range(1, max_batch_size + 1))
-        if b <= max_batch_size
-    ] or [1]
-    best = max(sizes, key=lambda b: (curve.throughput_rps(b), -b))
-    delay_us = int(round(delay_ms * 1000.0))
-    common: dict[str, Any] = {
-        "max_batch_size": max(model_max_batch_size or max_batch_size, max_batch_size),
-        "model": model,
-        "instance_count": instances,
-        "source": "<plan>",
-    }
-    if verdict.kind is VerdictKind.LOSES or best == 1:
-        largest = max(sizes)
-        return (
-            Profile(
-                name="latency-soft",
-                preferred_batch_size=(1,),
-                max_queue_delay_us=0,
-                **common,
-            ),
-            Profile(
-                name="aggressive",
-                preferred_batch_size=(largest,),
-                max_queue_delay_us=delay_us,
-                **common,
-            ),
-        )
-    half = sorted({max(1, best // 2), best})
-    return (
-        Profile(name="latency-soft", preferred_batch_size=(best,), max_queue_delay_us=0, **common),
-        Profile(
-            name="balanced",
-            preferred_batch_size=tuple(half),
-            max_queue_delay_us=int(round(delay_us / 4)),
-            **common,
-        ),
-        Profile(
-            name="aggressive", preferred_batch_size=(best,), max_queue_delay_us=delay_us, **common
-        ),
-    )
-
-
-# -- sweeps ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SweepPoint:
-    rate_rps: float
-    p50_ms: float
-    p95_ms: float
-    p99_ms: float
-    throughput_rps: float
-    mean_batch: float
-    within_slo: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "rate_rps": round(self.rate_rps, 3),
-            "p50_ms": round(self.p50_ms, 3),
-            "p95_ms": round(self.p95_ms, 3),
-            "p99_ms": round(self.p99_ms, 3),
-            "throughput_rps": round(self.throughput_rps, 3),
-            "mean_batch": round(self.mean_batch, 3),
-            "within_slo": self.within_slo,
-        }
-
-
-def _capacity_rps(profile: Profile, service: ServiceModel, instances: int) -> float:
-    return max(
-        service.capacity_rps(b, instances)
-        for b in range(1, max(profile.effective_preferred) + 1)
-    )
-
-
-def _point(
-    profile: Profile,
-    service: ServiceModel,
-    rate: float,
-    slo_p99_ms: float,
-    requests: int,
-    seed: int,
-    instances: int,
-) -> SweepPoint:
-    duration = max(requests / rate, 1.0)
-    res = simulate(profile, service, Workload.poisson(rate, duration, seed), instances=instances)
-    lat = res.latency
-    assert lat is not None  # every request completes without queue policies
-    # Saturated runs drain a backlog after the arrivals stop: throughput falls
-    # behind the offered rate even when the few requests simulated meet the SLO.
-    keeps_up = res.throughput_rps >= 0.97 * res.offered_rps
-    return SweepPoint(
-        rate_rps=rate,
-        p50_ms=lat.p50_ms,
-        p95_ms=lat.p95_ms,
-        p99_ms=lat.p99_ms,
-        throughput_rps=res.throughput_rps,
-        mean_batch=res.mean_batch,
-        within_slo=keeps_up and lat.p99_ms <= slo_p99_ms,
-    )
-
-
-def max_sustained_rate(
-    profile: Profile,
-    service: ServiceModel,
-    slo_p99_ms: float,
-    *,
-    instances: int = 1,
-    points: int = 16,
-    refine: int = 6,
-    requests: int = 20_000,
-    seed: int = 0,
-) -> tuple[float, tuple[SweepPoint, ...]]:
-    """The highest Poisson rate at which ``profile`` keeps p99 within the SLO, and the
-    sweep behind it.
-
-    Latency is not monotone in load under batching (at low load a request may
-    wait the whole delay; a little more load fills batches sooner), so the
-    rate is found on a grid up to the curve's capacity and then bisected
-    between the last good and the first bad grid point. 0 when even the
-    lowest rate misses the SLO.
-    """
-    cap = _capacity_rps(profile, service, instances)
-    grid = [cap * (i + 1) / points for i in range(points)]
-    sweep = [
-        _point(profile, service, r, slo_p99_ms, requests, seed, instances) for r in grid
-    ]
-    good = [p for p in sweep if p.within_slo]
-    if not good:
-        return 0.0, tuple(sweep)
-    last_good = max(good, key=lambda p: p.rate_rps)
-    above = [p for p in sweep if p.rate_rps > last_good.rate_rps]
-    if not above:
-        return last_good.rate_rps, tuple(sweep)
-    lo, hi = last_good.rate_rps, above[0].rate_rps
-    for _ in range(refine):
-        mid = (lo + hi) / 2
-        pt = _point(profile, service, mid, slo_p99_ms, requests, seed, instances)
-        sweep.append(pt)
-        if pt.within_slo:
-            lo = mid
-        else:
-            hi = mid
-    return lo, tuple(sorted(sweep, key=lambda p: p.rate_rps))
 
 
 # -- the plan -------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Does switching pay here? Triton's default, each static profile, and an oracle that switches.
 
-"Does batching pay?" (:func:`autobatch.plan.planner.batching_verdict`) asks
+"Does batching pay?" (:func:`autobatch.plan.verdict.batching_verdict`) asks
 whether larger batches are cheaper per item on this device. This asks the next
 question, the one a Triton user asks of any controller: over a schedule of
 load, does moving between profiles beat leaving one profile in place, Triton's
