@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from autobatch.actuators import TritonReloadActuator
-from autobatch.actuators.triton import _view
+from autobatch.actuators.triton_config import batching_view
 from autobatch.profiles import load_profiles, parse_pbtxt
 
 from ..conftest import PROFILES, REPOSITORY
@@ -179,7 +179,7 @@ async def test_triton_normalisations_read_back_as_the_profile(actuator, server, 
     assert "default_queue_policy" not in db                         # unset: omitted
     assert back["instance_group"][0]["count"] == 1                  # no count -> 1
     assert back["instance_group"][0]["kind"] == "KIND_CPU"          # KIND_AUTO resolved
-    assert _view(first, count=True, kind=False) == _view(back, count=True, kind=False)
+    assert batching_view(first, count=True, kind=False) == batching_view(back, count=True, kind=False)
 
     second = {**base, "dynamic_batching": {"preferred_batch_size": [16, 4],
                                            "max_queue_delay_microseconds": "5000",
@@ -190,7 +190,7 @@ async def test_triton_normalisations_read_back_as_the_profile(actuator, server, 
     assert sorted(db["preferred_batch_size"]) == [4, 16]
     assert db["max_queue_delay_microseconds"] == 5000                # "5000" -> 5000
     assert db["default_queue_policy"]["timeout_action"] == "REJECT"  # set: defaults filled in
-    assert _view(second, count=True, kind=True) == _view(back, count=True, kind=True)
+    assert batching_view(second, count=True, kind=True) == batching_view(back, count=True, kind=True)
 
     default = profiles["triton-default"]
     assert default.preferred_batch_size == ()

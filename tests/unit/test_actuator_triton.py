@@ -394,11 +394,11 @@ def triton_normalise(config: dict[str, Any]) -> dict[str, Any]:
     ],
 )
 def test_the_view_of_a_config_is_the_view_of_what_triton_reads_back(sent, read_back):
-    from autobatch.actuators.triton import _view
+    from autobatch.actuators.triton_config import batching_view
 
     for flags in ({"count": False, "kind": False}, {"count": True, "kind": False}):
-        assert _view(sent, **flags) == _view(read_back, **flags)
-        assert _view(sent, **flags) == _view(triton_normalise(sent), **flags)
+        assert batching_view(sent, **flags) == batching_view(read_back, **flags)
+        assert batching_view(sent, **flags) == batching_view(triton_normalise(sent), **flags)
 
 
 @pytest.mark.parametrize(
@@ -417,9 +417,9 @@ def test_the_view_of_a_config_is_the_view_of_what_triton_reads_back(sent, read_b
     ],
 )
 def test_configs_triton_runs_differently_keep_different_views(a, b):
-    from autobatch.actuators.triton import _view
+    from autobatch.actuators.triton_config import batching_view
 
-    assert _view(a, count=True, kind=False) != _view(b, count=True, kind=False)
+    assert batching_view(a, count=True, kind=False) != batching_view(b, count=True, kind=False)
 
 
 async def test_triton_default_is_a_rung_despite_reading_back_as_max_batch_size(clock, profiles):

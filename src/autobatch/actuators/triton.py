@@ -9,7 +9,8 @@ One :meth:`TritonReloadActuator.apply` is, in order:
 4. ``POST /v2/repository/models/M/load`` with ``{"parameters": {"config": "<json>"}}``;
 5. read the config back and compare the batching fields (preferred sizes, max
    queue delay, max batch size, priority and queue-policy fields, and the instance
-   count and kind when the profile sets them);
+   count and kind when the profile sets them), normalised as Triton normalises a
+   config (:mod:`autobatch.actuators.triton_config`, pure);
 6. report how long the load took (:attr:`ActuationResult.load_s`) and the whole step.
 
 If 4 or 5 fails, the last good profile is put back and checked the same way.
@@ -94,6 +95,7 @@ from urllib.parse import quote
 import httpx
 
 from autobatch.actuators.base import ActuationResult
+from autobatch.actuators.triton_config import batching_view, differences, matches, profile_flags
 from autobatch.errors import ActuationError, ConfigError, ProfileError
 from autobatch.profiles import Profile, parse_pbtxt, render_pbtxt
 
@@ -134,100 +136,6 @@ class _ReadTimeout(ReloadFailure):
 
 class _VerifyFailed(ReloadFailure):
     reason = "verify_failed"
-
-
-def _queue_policy_view(policy: Any) -> tuple[str, int, bool, int]:
-    # Triton omits default_queue_policy when unset and fills the defaults when set,
-    # so an absent policy and an all-default one are the same thing.
-    p = policy if isinstance(policy, Mapping) else {}
-    return (
-        str(p.get("timeout_action", "REJECT") or "REJECT"),
-        int(p.get("default_timeout_microseconds", 0) or 0),
-        bool(p.get("allow_timeout_override", False)),
-        int(p.get("max_queue_size", 0) or 0),
-    )
-
-
-def _preferred_view(config: Mapping[str, Any], db: Mapping[str, Any]) -> list[int]:
-    # Triton's NormalizeModelConfig (core model_config_utils.cc) fills an empty
-    # preferred_batch_size with [max_batch_size] when dynamic batching is on and
-    # max_batch_size > 0, so Triton's default (no preferred sizes) reads back as
-    # [max_batch_size]. The batcher sees only the filled-in list: the two are one
-    # config. Order does not matter to the batcher either.
-    sizes = sorted(int(s) for s in db.get("preferred_batch_size") or [])
-    max_batch_size = int(config.get("max_batch_size", 0) or 0)
-    if not sizes and "dynamic_batching" in config and max_batch_size > 0:
-        sizes = [max_batch_size]
-    return sizes
-
-
-def _instance_count(group: Mapping[str, Any]) -> int:
-    # NormalizeInstanceGroup gives a group without a count (or count 0) its default
-    # count: 1, except 2 for KIND_CPU groups of the TensorFlow and ONNX Runtime
-    # backends. A profile always names its count (>= 1), so only the live side can
-    # carry a 0, and there 1 is what the example models' Python backend gets.
-    return max(int(group.get("count", 1) or 1), 1)
-
-
-def _view(config: Mapping[str, Any], *, count: bool, kind: bool) -> dict[str, Any]:
-    """The fields of a config (Triton's JSON form) a profile decides, normalised as Triton
-    normalises a config when it loads it.
-
-    What Triton changes between the config sent and the config read back
-    (core ``model_config_utils.cc``, checked on the real server by
-    tests/integration/test_actuator_triton.py::test_triton_normalisations_read_back_as_the_profile):
-
-    * an empty ``preferred_batch_size`` becomes ``[max_batch_size]``;
-    * preferred sizes keep the order sent, which the batcher ignores: sorted;
-    * 64-bit fields (``max_queue_delay_microseconds``, timeouts) come back as JSON
-      numbers, the proto JSON writes them as strings: read as integers;
-    * every primitive field is printed with its default (``preserve_ordering:
-      false``, ``priority_levels: 0``) while an unset ``default_queue_policy`` is
-      omitted: absent and default are the same;
-    * an instance group without a count gets 1; ``KIND_AUTO`` becomes ``KIND_CPU``
-      or ``KIND_GPU`` (so a profile's ``KIND_AUTO`` is never compared).
-    """
-    db = config.get("dynamic_batching")
-    db = db if isinstance(db, Mapping) else {}
-    pqp = db.get("priority_queue_policy")
-    pqp = pqp if isinstance(pqp, Mapping) else {}
-    view: dict[str, Any] = {
-        "max_batch_size": int(config.get("max_batch_size", 0) or 0),
-        "dynamic_batching": "dynamic_batching" in config,
-        "preferred_batch_size": _preferred_view(config, db),
-        "max_queue_delay_microseconds": int(db.get("max_queue_delay_microseconds", 0) or 0),
-        "preserve_ordering": bool(db.get("preserve_ordering", False)),
-        "priority_levels": int(db.get("priority_levels", 0) or 0),
-        "default_priority_level": int(db.get("default_priority_level", 0) or 0),
-        "default_queue_policy": _queue_policy_view(db.get("default_queue_policy")),
-        "priority_queue_policy": {int(k): _queue_policy_view(v) for k, v in pqp.items()},
-    }
-    groups = [g for g in config.get("instance_group") or [] if isinstance(g, Mapping)]
-    if count:
-        view["instance_count"] = sum(_instance_count(g) for g in groups) if groups else None
-    if kind:
-        view["instance_kind"] = sorted({str(g.get("kind", "KIND_AUTO")) for g in groups})
-    return view
-
-
-def _profile_flags(profile: Profile) -> dict[str, bool]:
-    # Triton resolves KIND_AUTO to a concrete kind, so it can never read back equal.
-    return {
-        "count": profile.instance_count is not None,
-        "kind": profile.instance_kind not in (None, "KIND_AUTO"),
-    }
-
-
-def _matches(profile: Profile, config: Mapping[str, Any]) -> bool:
-    """Is ``profile`` what ``config`` runs, as far as the profile's fields go?"""
-    flags = _profile_flags(profile)
-    return _view(config, **flags) == _view(profile.merge_into(config), **flags)
-
-
-def _differences(want: Mapping[str, Any], got: Mapping[str, Any]) -> str:
-    return "; ".join(
-        f"{k} = {got.get(k)!r}, expected {want.get(k)!r}" for k in want if want.get(k) != got.get(k)
-    )
 
 
 def _error_text(response: httpx.Response) -> str:
@@ -396,7 +304,7 @@ class TritonReloadActuator:
                     reason=exc.reason,
                     message=f"cannot check that {profile.name} is still live: {exc}",
                 )
-            if _matches(profile, live) and self._file_matches(profile):
+            if matches(profile, live) and self._file_matches(profile):
                 return None
             found = self._name_of(live)
             log.warning(
@@ -452,8 +360,8 @@ class TritonReloadActuator:
                 profile, t0, ok=False, reason="invalid", message=str(exc), active=self._name_of(live)
             )
 
-        in_file = path is None or _matches(profile, base)
-        if _matches(profile, live) and in_file:
+        in_file = path is None or matches(profile, base)
+        if matches(profile, live) and in_file:
             self._last_good = profile
             return self._result(
                 profile,
@@ -483,12 +391,12 @@ class TritonReloadActuator:
         try:
             load_s = await self._load(desired)
             after = await self._read_config()
-            flags = _profile_flags(profile)
-            want, got = _view(desired, **flags), _view(after, **flags)
+            flags = profile_flags(profile)
+            want, got = batching_view(desired, **flags), batching_view(after, **flags)
             if want != got:
                 raise _VerifyFailed(
                     f"Triton accepted {profile.name} but its config reads back different: "
-                    f"{_differences(want, got)}"
+                    f"{differences(want, got)}"
                 )
         except ReloadFailure as exc:
             return await self._roll_back(profile, exc, live, restore_text, t0, load_s)
@@ -529,7 +437,7 @@ class TritonReloadActuator:
         good = self._last_good
         # When the failed profile *is* the last good one (a re-apply after a restart),
         # the state to return to is what ran before this step.
-        if good is not None and _matches(good, profile.merge_into(before)):
+        if good is not None and matches(good, profile.merge_into(before)):
             good = None
         target_name = good.name if good is not None else self._name_of(before)
         label = target_name or "the previous config"
@@ -542,20 +450,20 @@ class TritonReloadActuator:
             current = await self._read_config(timeout_s=self.load_timeout_s)
             if good is not None:
                 target = good.merge_into(current)
-                flags = _profile_flags(good)
+                flags = profile_flags(good)
             else:
                 target = before
                 flags = {"count": True, "kind": True}
-            if not timed_out and _view(current, **flags) == _view(target, **flags):
+            if not timed_out and batching_view(current, **flags) == batching_view(target, **flags):
                 how = "Triton kept it serving"
             else:
                 # Waits for the stray load after a timeout, then for its own.
                 await self._load(target, timeout_s=2 * self.load_timeout_s if timed_out else None)
                 after = await self._read_config()
-                if _view(after, **flags) != _view(target, **flags):
+                if batching_view(after, **flags) != batching_view(target, **flags):
                     raise _VerifyFailed(
                         f"{label} reads back different: "
-                        f"{_differences(_view(target, **flags), _view(after, **flags))}"
+                        f"{differences(batching_view(target, **flags), batching_view(after, **flags))}"
                     )
                 how = "loaded it again"
         except ReloadFailure as exc:
@@ -673,7 +581,7 @@ class TritonReloadActuator:
 
     def _match(self, config: Mapping[str, Any]) -> Profile | None:
         for p in self._candidates():
-            if _matches(p, config):
+            if matches(p, config):
                 return p
         return None
 
@@ -686,7 +594,7 @@ class TritonReloadActuator:
         if path is None:
             return True
         try:
-            return _matches(profile, parse_pbtxt(path.read_text(encoding="utf-8"), str(path)))
+            return matches(profile, parse_pbtxt(path.read_text(encoding="utf-8"), str(path)))
         except (OSError, ProfileError):
             return False
 
