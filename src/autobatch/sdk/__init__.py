@@ -18,7 +18,8 @@ for what Triton answers, :class:`~autobatch.errors.TritonError`.
 from autobatch.sdk.batcher import BACKPRESSURE_MODES, FLUSH_REASONS, BatcherStatistics, MicroBatcher
 from autobatch.sdk.metrics import BatcherMetrics
 from autobatch.sdk.sessions import SessionBatcher, SessionCounts, SessionStatistics
-from autobatch.sdk.triton import PROTOCOLS, SyncTritonBatchClient, TritonBatchClient
+from autobatch.sdk.sync import SyncTritonBatchClient
+from autobatch.sdk.triton import PROTOCOLS, TritonBatchClient
 
 __all__ = [
     "BACKPRESSURE_MODES",
