@@ -140,15 +140,6 @@ def batching_verdict(curve: BatchCurve, max_batch_size: int | None = None) -> Ve
 # -- candidates -----------------------------------------------------------------------------
 
 
-def _pow2_between(lo: int, hi: int) -> list[int]:
-    out, b = [], 1
-    while b <= hi:
-        if b >= lo:
-            out.append(b)
-        b *= 2
-    return out
-
-
 def candidate_profiles(
     curve: BatchCurve,
     verdict: Verdict,
