@@ -13,6 +13,8 @@ from typing import Any
 import httpx
 
 from autobatch.controller.app import run_sidecar
+from autobatch.errors import ServeError
+from autobatch.lab.process import poll_until
 from autobatch.load import RequestRecord, run_load
 from autobatch.schedule import Schedule
 
@@ -78,12 +80,17 @@ class BackgroundLoad:
             self.first.set()
 
     def wait_for(self, completions: int, timeout_s: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while len(self.done_at) < completions:
-            if self.error is not None:
-                raise self.error
-            assert time.monotonic() < deadline, f"only {len(self.done_at)} of {completions} done"
-            time.sleep(0.02)
+        """Wait for ``completions`` successes; re-raise what the generator raised meanwhile."""
+        def done_or_failed() -> bool:
+            return len(self.done_at) >= completions or self.error is not None
+
+        try:
+            poll_until(done_or_failed, timeout_s=timeout_s, interval_s=0.02,
+                       what=f"{completions} successes of the background load")
+        except ServeError as exc:
+            raise AssertionError(f"{exc}: only {len(self.done_at)} of {completions} done") from None
+        if len(self.done_at) < completions and self.error is not None:
+            raise self.error
 
     def completed_between(self, start_s: float, end_s: float) -> int:
         """Successes that completed in (start_s, end_s], wall clock."""
@@ -158,11 +165,15 @@ class Running:
         return httpx.get(self.url + "/status", timeout=5).json()
 
     def wait_for(self, predicate, timeout_s: float, what: str) -> dict:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            st = self.status()
-            if predicate(st):
-                return st
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}; status: {st}")
-            time.sleep(0.2)
+        """The first ``/status`` for which ``predicate`` holds; a timeout shows the last one seen."""
+        last: dict = {}
+
+        def holds() -> dict | None:
+            nonlocal last
+            last = self.status()
+            return last if predicate(last) else None
+
+        try:
+            return poll_until(holds, timeout_s=timeout_s, interval_s=0.2, what=what)
+        except ServeError as exc:
+            raise AssertionError(f"{exc}; status: {last}") from None

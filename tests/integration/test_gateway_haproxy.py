@@ -55,6 +55,7 @@ from autobatch.lab.haproxy import (
     grpc_config,
     http_rewrite_config,
 )
+from autobatch.lab.process import poll_until
 from autobatch.lab.serve import EMULATOR_MODEL, TritonServer, free_port
 from autobatch.load import run_load
 from autobatch.profiles import load_profiles
@@ -476,22 +477,27 @@ def test_autobatch_run_with_a_gateway_actuator(triton, short_dir, tmp_path):
             [sys.executable, "-m", "autobatch", "run", "--config", str(path)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
+
+        def alive() -> None:
+            assert proc.poll() is None, proc.communicate()[1]
+
+        def up() -> dict | None:
+            with contextlib.suppress(httpx.HTTPError):
+                status = httpx.get(url + "/status", timeout=2).json()
+                return status if status.get("active_profile") is not None else None
+            return None
+
         try:
-            status = None
-            deadline = time.monotonic() + 60
-            while status is None or status.get("active_profile") is None:
-                assert proc.poll() is None, proc.communicate()[1]
-                assert time.monotonic() < deadline, "the sidecar did not come up"
-                with contextlib.suppress(httpx.HTTPError):
-                    status = httpx.get(url + "/status", timeout=2).json()
-                time.sleep(0.2)
+            started = time.monotonic()
+            status = poll_until(up, timeout_s=60, interval_s=0.2, check=alive, what="the sidecar to come up")
             assert status["active_profile"] == "latency-soft"  # read from the weights
             r = httpx.post(url + "/profile", json={"profile": "aggressive"},
                            headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
             assert r.status_code == 200
-            while haproxy_weights(sock) != {"latency": 0.0, "throughput": 100.0}:
-                assert time.monotonic() < deadline + 60, "the pin did not move the weights"
-                time.sleep(0.2)
+            # The start-up and the pin share one 120 s budget.
+            poll_until(lambda: haproxy_weights(sock) == {"latency": 0.0, "throughput": 100.0},
+                       timeout_s=started + 120 - time.monotonic(), interval_s=0.2,
+                       what="the pin to move the weights")
         finally:
             proc.send_signal(signal.SIGTERM)
             _, err = proc.communicate(timeout=60)

@@ -201,21 +201,21 @@ def test_dry_run_decides_and_logs_but_never_touches_triton(tmp_path, server):
     url = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "autobatch", "run", "--config", str(cfg_file), "--dry-run"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def alive() -> None:
+        assert proc.poll() is None, proc.communicate()[1]
+
+    def up() -> bool:
+        with contextlib.suppress(httpx.HTTPError):
+            return bool(httpx.get(url + "/status", timeout=2).json().get("active_profile"))
+        return False
+
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, proc.communicate()[1]
-            assert time.monotonic() < deadline, "the dry-run sidecar did not come up"
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url + "/status", timeout=2).json().get("active_profile"):
-                    break
-            time.sleep(0.2)
+        poll_until(up, timeout_s=60, interval_s=0.2, check=alive, what="the dry-run sidecar to come up")
         # 300/s is more than latency-soft's batches of 4 carry (200/s): an overload.
         with BackgroundLoad(server.urls.grpc, EMULATOR_MODEL, 300, max_s=40, drain_s=20) as load:
-            deadline = time.monotonic() + 40
-            while httpx.get(url + "/status", timeout=5).json()["active_profile"] != "aggressive":
-                assert time.monotonic() < deadline, "the dry run never wanted aggressive"
-                time.sleep(0.2)
+            poll_until(lambda: httpx.get(url + "/status", timeout=5).json()["active_profile"] == "aggressive",
+                       timeout_s=40, interval_s=0.2, what="the dry run to want aggressive")
             # Triton still serves latency-soft, and has not reloaded the model.
             assert live_preferred(server) == preferred
             assert stats_exec_count(server) > executions
