@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from autobatch.errors import ConfigError, ServeError
-from autobatch.lab.process import ManagedProcess, poll_until
+from autobatch.lab.process import ManagedProcess, Server, poll_until
 from autobatch.profiles import Profile
 
 __all__ = [
@@ -174,7 +174,7 @@ def check_config(path: str | Path) -> None:
                           source=str(path))
 
 
-class HAProxyProcess:
+class HAProxyProcess(Server):
     """A foreground ``haproxy -f CONFIG -db`` in its own process group, as a context manager.
 
     ``start()`` checks the config, starts HAProxy and waits until the runtime
@@ -238,13 +238,3 @@ class HAProxyProcess:
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()
         self._tmp.cleanup()
-
-    def __enter__(self) -> HAProxyProcess:
-        try:
-            return self.start()
-        except BaseException:
-            self.close()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

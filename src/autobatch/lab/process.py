@@ -6,6 +6,8 @@
   a log file; ``stop()`` sends SIGTERM to the group, waits, then SIGKILLs
   whatever is left and waits until the group is empty, so no helper process
   (a Python-backend stub, say) outlives the server.
+* :class:`Server`: ``with`` support for a server with ``start()`` and
+  ``close()``: a start that fails closes what it had begun.
 """
 
 from __future__ import annotations
@@ -21,9 +23,31 @@ from typing import Any, TypeVar
 
 from autobatch.errors import ServeError
 
-__all__ = ["ManagedProcess", "group_members", "poll_until"]
+__all__ = ["ManagedProcess", "Server", "group_members", "poll_until"]
 
 T = TypeVar("T")
+S = TypeVar("S", bound="Server")
+
+
+class Server:
+    """A server the lab starts and stops: subclasses define ``start()`` (returning
+    ``self``) and ``close()`` (safe to call on a half-started server)."""
+
+    def start(self: S) -> S:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: S) -> S:
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def poll_until(

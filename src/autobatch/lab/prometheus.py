@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 
 from autobatch.errors import ServeError
-from autobatch.lab.process import ManagedProcess, poll_until
+from autobatch.lab.process import ManagedProcess, Server, poll_until
 from autobatch.lab.serve import free_port
 
 __all__ = ["PrometheusServer", "prometheus_binary", "query"]
@@ -42,7 +42,7 @@ def query(url: str, promql: str, *, at_s: float | None = None) -> list[dict[str,
     return r.json()["data"]["result"] if r.status_code == 200 else []
 
 
-class PrometheusServer:
+class PrometheusServer(Server):
     """A Prometheus process scraping ``{replica: host:port}`` targets, as a context manager."""
 
     def __init__(
@@ -120,13 +120,3 @@ class PrometheusServer:
     def close(self) -> None:
         self.stop()
         self._tmp.cleanup()
-
-    def __enter__(self) -> PrometheusServer:
-        try:
-            return self.start()
-        except BaseException:
-            self.close()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -37,7 +37,7 @@ from typing import Any
 import httpx
 
 from autobatch.errors import ConfigError, ServeError
-from autobatch.lab.process import ManagedProcess, poll_until
+from autobatch.lab.process import ManagedProcess, Server, poll_until
 
 __all__ = [
     "EMULATOR_MODEL",
@@ -160,7 +160,7 @@ def _environment() -> dict[str, str]:
     return env
 
 
-class TritonServer:
+class TritonServer(Server):
     """The embedded Triton, as a context manager.
 
     >>> with TritonServer.on_free_ports() as server:   # doctest: +SKIP
@@ -371,13 +371,3 @@ class TritonServer:
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
-
-    def __enter__(self) -> TritonServer:
-        try:
-            return self.start()
-        except BaseException:
-            self.close()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
