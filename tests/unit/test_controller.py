@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from dataclasses import replace
 from pathlib import Path
 
@@ -288,6 +289,78 @@ async def test_run_controller_ticks_until_stopped(tmp_path):
     stop.set()
     await asyncio.wait_for(task, 5)
     assert source.closed and act.closed
+
+
+def raising_once(c: Controller, stop: asyncio.Event, exc: BaseException, after: int = 2) -> list[float]:
+    """Make ``c.tick`` raise ``exc`` on its first call, then tick for real; set ``stop``
+    after the ``after``-th call. Returns the clock at each call."""
+    real_tick, calls = c.tick, []
+
+    async def tick():
+        calls.append(c.clock())
+        if len(calls) == 1:
+            raise exc
+        decision = await real_tick()
+        if len(calls) >= after:
+            stop.set()
+        return decision
+
+    c.tick = tick
+    return calls
+
+
+def fake_sleep(clock: Clock):
+    async def sleep(delay_s: float) -> None:
+        clock.t += delay_s  # the interval passes at once: no real sleep
+        await asyncio.sleep(0)
+
+    return sleep
+
+
+async def test_a_tick_that_raises_is_counted_logged_and_the_loop_ticks_on(tmp_path, caplog):
+    clock = Clock()
+    source = ScriptedSource(clock, [])
+    c = Controller(make_config(tmp_path), source, FakeActuator(live="latency-soft"), clock=clock)
+    stop = asyncio.Event()
+    calls = raising_once(c, stop, RuntimeError("a bug in tick"))
+    with caplog.at_level(logging.ERROR, logger="autobatch.controller"):
+        # The bound only keeps a broken loop from hanging the suite; the clock is fake.
+        await asyncio.wait_for(run_controller(c, stop=stop, sleep=fake_sleep(clock)), 10)
+    assert calls == [1001.0, 1002.0]  # one interval apart: the failure kept the schedule
+    assert c.status.ticks == 1  # the second tick ran for real
+    assert c.registry.get_sample_value("autobatch_errors_total",
+                                       {"model": "dense_mlp", "stage": "tick"}) == 1
+    assert c.status.errors == {"tick": 1}
+    [record] = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert "tick: a bug in tick" in record.getMessage()
+    assert record.exc_info is not None and record.exc_info[0] is RuntimeError  # the traceback
+    # The failed tick is not progress; the next one completed.
+    assert c.health.last_completed_s == 1002.0 and c.health.tick_started_s is None
+    assert source.closed
+
+
+async def test_a_cancelled_tick_still_ends_the_loop(tmp_path):
+    clock = Clock()
+    source = ScriptedSource(clock, [])
+    c = Controller(make_config(tmp_path), source, FakeActuator(live="latency-soft"), clock=clock)
+    stop = asyncio.Event()
+    calls = raising_once(c, stop, asyncio.CancelledError())
+    with pytest.raises(asyncio.CancelledError):
+        await run_controller(c, stop=stop, sleep=fake_sleep(clock))
+    assert len(calls) == 1 and "tick" not in c.status.errors and source.closed
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt(), SystemExit(3)])
+def test_an_interrupt_in_a_tick_still_ends_the_loop(tmp_path, exc):
+    # On a loop of its own: asyncio lets these two out of the event loop itself.
+    clock = Clock()
+    source = ScriptedSource(clock, [])
+    c = Controller(make_config(tmp_path), source, FakeActuator(live="latency-soft"), clock=clock)
+    stop = asyncio.Event()
+    calls = raising_once(c, stop, exc)
+    with pytest.raises(type(exc)):
+        asyncio.run(run_controller(c, stop=stop, sleep=fake_sleep(clock)))
+    assert len(calls) == 1 and "tick" not in c.status.errors and source.closed
 
 
 async def test_a_refused_pin_is_dropped_not_retried(tmp_path):

@@ -7,7 +7,8 @@ one scrape timeout and one actuation). A tick in which a call ran into its
 timeout (a scrape, a config read, a load, a file write) does not count as
 completed: the loop moves on at the timeout, but a peer that hangs (a Triton
 stopped with SIGSTOP, an endpoint that never finishes its answer, a dead file
-system) keeps ``/healthz`` at 503 until it answers again. A peer that refuses
+system) keeps ``/healthz`` at 503 until it answers again. Nor does a tick that
+raised (a bug outside the stages that catch their own errors). A peer that refuses
 (Triton killed: connection refused) does not: ticks complete with errors,
 ``/healthz`` stays 200 and readiness goes false. A tick still running within
 its own hard limit, none of whose calls has timed out yet (a long reload), is
@@ -64,10 +65,12 @@ class Health:
         self._tick_timeouts.append(stage)
         self.last_timeout = f"{stage}: {message}"
 
-    def tick_ended(self, now: float) -> bool:
-        """The tick is over; True when it counts as completed (no call timed out)."""
+    def tick_ended(self, now: float, *, failed: bool = False) -> bool:
+        """The tick is over; True when it counts as completed (it did not fail, no call
+        timed out). A failed tick is not progress: a bug that raises on every tick ends
+        in ``/healthz`` 503 (left as running, each tick would look like progress)."""
         self.tick_started_s = None
-        if self._tick_timeouts:
+        if failed or self._tick_timeouts:
             return False
         self.last_completed_s = now
         return True

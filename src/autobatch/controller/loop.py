@@ -14,7 +14,8 @@ One tick:
    the state file when the pin or the profile changed.
 
 Nothing in a tick may end the loop: every failure is counted by stage, logged
-and the next tick comes. Nothing in a tick may hang it either: every call has
+and the next tick comes (a bug of ``tick()`` itself too: stage ``tick``, with
+its traceback). Nothing in a tick may hang it either: every call has
 a timeout (the sources' and the actuator's own, and above them the limits
 this loop puts on each), and a call that runs into one is reported to
 :class:`~autobatch.controller.health.Health`, which is what ``/healthz`` and
@@ -419,11 +420,11 @@ class Controller:
         self.status.active = name
         self.metrics.set_active(name)
 
-    def _error(self, stage: str, exc: BaseException) -> None:
+    def _error(self, stage: str, exc: BaseException, *, bug: bool = False) -> None:
         self.metrics.errors.labels(self.config.model, stage).inc()
         self.status.errors[stage] = self.status.errors.get(stage, 0) + 1
         self.status.last_error = f"{stage}: {exc}"
-        log.warning("%s: %s", stage, exc)
+        log.log(logging.ERROR if bug else logging.WARNING, "%s: %s", stage, exc, exc_info=bug)
 
     def _observe(self, w: Window) -> None:
         self.metrics.observe_window(
@@ -546,7 +547,11 @@ async def run_controller(
             if stop.is_set():
                 break
             controller.wake.clear()
-            await controller.tick()
+            try:
+                await controller.tick()
+            except Exception as exc:  # a bug of tick() itself must not end the sidecar either
+                controller.health.tick_ended(controller.clock(), failed=True)
+                controller._error("tick", exc, bug=True)
             now = clock()
             while next_at <= now:
                 next_at += interval

@@ -28,8 +28,9 @@ SWITCH_REASONS = tuple(r.value for r in Reason if r.kind != "hold")
 """The policy's reasons that switch (:class:`autobatch.policy.Reason`): each, toward each
 profile, starts at 0, so ``increase(autobatch_switches_total[...])`` counts a first switch."""
 
-STAGES = ("signals", "actuate", "reconcile", "log", "state")
-"""The stages of a tick errors and timeouts are counted by."""
+STAGES = ("signals", "actuate", "reconcile", "log", "state", "tick")
+"""The stages of a tick errors and timeouts are counted by (``tick``: ``tick()`` itself
+raised, a bug outside the stages that catch their own errors)."""
 
 
 class ControllerMetrics:
@@ -73,7 +74,7 @@ class ControllerMetrics:
         )
         self.errors = Counter(
             "autobatch_errors_total",
-            "Errors by stage of the loop: signals, actuate, reconcile, log, state.",
+            "Errors by stage of the loop: signals, actuate, reconcile, log, state, tick (a bug).",
             ["model", "stage"],
             registry=registry,
         )
