@@ -2,6 +2,8 @@
 
 * :func:`poll_until`: call a condition until it returns something truthy, with
   a deadline and an optional liveness check; the one poll loop of the lab.
+  :func:`poll_until_async` is the same on an event loop (it awaits between
+  tries, so the tasks it waits for run).
 * :class:`ManagedProcess`: a child in its own process group with its output in
   a log file; ``stop()`` sends SIGTERM to the group, waits, then SIGKILLs
   whatever is left and waits until the group is empty, so no helper process
@@ -12,18 +14,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 from autobatch.errors import ServeError
 
-__all__ = ["ManagedProcess", "Server", "group_members", "poll_until"]
+__all__ = ["ManagedProcess", "Server", "group_members", "poll_until", "poll_until_async"]
 
 T = TypeVar("T")
 S = TypeVar("S", bound="Server")
@@ -77,6 +80,30 @@ def poll_until(
         if clock() > deadline:
             raise ServeError(f"timed out after {timeout_s:g} s waiting for {what}")
         sleep(interval_s)
+
+
+async def poll_until_async(
+    condition: Callable[[], T],
+    *,
+    timeout_s: float,
+    what: str,
+    interval_s: float = 0.05,
+    check: Callable[[], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+) -> T:
+    """:func:`poll_until` for a coroutine: the same contract, but it awaits ``sleep``
+    between tries (a blocking sleep would stall the loop the awaited tasks run on)."""
+    deadline = clock() + timeout_s
+    while True:
+        if check is not None:
+            check()
+        value = condition()
+        if value:
+            return value
+        if clock() > deadline:
+            raise ServeError(f"timed out after {timeout_s:g} s waiting for {what}")
+        await sleep(interval_s)
 
 
 def group_members(pgid: int) -> list[int]:
