@@ -23,6 +23,7 @@ from autobatch.errors import (
     InvalidRequestError,
     TritonError,
 )
+from autobatch.lab.process import poll_until_async
 from autobatch.lab.serve import EMULATOR_MODEL, TritonServer
 from autobatch.profiles import parse_pbtxt
 from autobatch.sdk import SyncTritonBatchClient, TritonBatchClient
@@ -51,14 +52,10 @@ def url_for(triton, protocol: str) -> str:
     return triton.urls.grpc if protocol == "grpc" else triton.urls.http.removeprefix("http://")
 
 
-async def wait_for(condition, what: str, timeout_s: float = 10.0) -> None:
-    """Poll ``condition`` on the event loop until it holds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.001)
+async def wait_for(condition, what: str) -> None:
+    """Poll ``condition`` on the event loop until it holds; every 1 ms, as the states
+    awaited (a batch out, two requests queued behind it) last only ~50 ms."""
+    await poll_until_async(condition, timeout_s=10, interval_s=0.001, what=what)
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from autobatch.curve import load_curve
+from autobatch.lab.process import poll_until_async
 from autobatch.lab.serve import EMULATOR_MODEL
 from autobatch.lab.sessions import SessionsCase, sessions_fidelity
 from autobatch.profiles import Profile
@@ -113,8 +114,9 @@ async def test_session_batcher_gives_every_frame_its_own_rows(emulator: Any) -> 
     async with TritonBatchClient(emulator.urls.grpc, EMULATOR_MODEL) as client:
         sessions = SessionBatcher(client, policy="batch-waiting")
         first = asyncio.ensure_future(sessions.submit("s0", frame(0)))
-        while sessions.statistics().in_flight == 0:
-            await asyncio.sleep(0.001)
+        # Every 1 ms: the others must be offered while this one frame is out.
+        await poll_until_async(lambda: sessions.statistics().in_flight > 0, timeout_s=10,
+                               interval_s=0.001, what="the first frame to be sent")
         rest = [asyncio.ensure_future(sessions.submit(f"s{k}", frame(k))) for k in range(1, 7)]
         outs = await asyncio.gather(first, *rest)
         stats = sessions.statistics()
