@@ -41,7 +41,8 @@ from rich.console import Console
 from rich.table import Table
 
 from autobatch.curve import load_curve
-from autobatch.lab.measure import median_overheads, model_stats, overheads_from_stats
+from autobatch.lab.fidelity import median_overheads, overheads_from_stats
+from autobatch.lab.measure import model_stats
 from autobatch.lab.serve import EMULATOR_MODEL, TritonServer
 from autobatch.lab.traces import mean_batch_between
 from autobatch.load import run_load

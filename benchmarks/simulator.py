@@ -13,7 +13,7 @@ twice and compare ratios, not absolute seconds.
 
 Fidelity (``--fidelity``): the emulated accelerator in the embedded Triton,
 loaded with the same curve and profile, under Poisson load at three rates,
-against the simulator fed the same sends (``autobatch.lab.measure.simulator_fidelity``,
+against the simulator fed the same sends (``autobatch.lab.fidelity.simulator_fidelity``,
 which the CI test also uses).
 
 Each run is saved under benchmarks/results/simulator/ (record.save_result) for the
@@ -130,7 +130,7 @@ def speed(requests: int, with_baseline: bool = True) -> list[dict[str, Any]]:
 def fidelity() -> dict[str, Any]:
     import httpx
 
-    from autobatch.lab.measure import simulator_fidelity
+    from autobatch.lab.fidelity import simulator_fidelity
     from autobatch.lab.serve import EMULATOR_MODEL, TritonServer
     from autobatch.profiles import parse_pbtxt
 

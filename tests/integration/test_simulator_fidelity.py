@@ -4,7 +4,7 @@ The emulated accelerator holds its instance for the curve's time of each batch,
 so the real server and the simulator run the same device. What the real server
 adds on top (Python-backend IPC and output copies per batch and per request;
 gRPC and the client per request) is read from Triton's own timers and the
-client's clock during the runs (:func:`autobatch.lab.measure.overheads_from_stats`),
+client's clock during the runs (:func:`autobatch.lab.fidelity.overheads_from_stats`),
 and the simulator gets the median over all runs as plain parameters, the same
 for every prediction.
 
@@ -29,7 +29,7 @@ import httpx
 import pytest
 
 from autobatch.curve import BatchCurve, load_curve
-from autobatch.lab.measure import simulator_fidelity
+from autobatch.lab.fidelity import simulator_fidelity
 from autobatch.lab.serve import EMULATOR_MODEL
 from autobatch.profiles import load_profile, parse_pbtxt
 

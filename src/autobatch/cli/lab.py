@@ -141,7 +141,8 @@ def measure(
     """
     from autobatch.cli.views import MeasureProgress
     from autobatch.curve import load_curve
-    from autobatch.lab.measure import live_curve, measure_curve, measure_overheads, write_curve
+    from autobatch.lab.fidelity import measure_overheads
+    from autobatch.lab.measure import live_curve, measure_curve, write_curve
 
     if overheads_for is not None:
         with err.status(f"sending {rate:g} rps to {model} for {duration:g} s ..."):

@@ -2,7 +2,8 @@
 
 * :mod:`.serve`: the embedded Triton (``autobatch serve``, :class:`~.serve.TritonServer`);
 * :mod:`.example_models`: the Python-backend models of ``model_repository/``, built in code;
-* :mod:`.measure`: batch curves and server overheads through Triton's own timers;
+* :mod:`.measure`: batch curves through Triton's own timers;
+* :mod:`.fidelity`: what a real server adds to a curve, and the simulator against it;
 * :mod:`.closed_loop`: a schedule of load against Triton with or without the sidecar;
 * :mod:`.demo`: ``autobatch demo``;
 * :mod:`.haproxy`, :mod:`.prometheus`: the real HAProxy and Prometheus, on loopback;

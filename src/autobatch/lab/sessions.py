@@ -7,7 +7,7 @@ through the SDK's session batcher; :func:`autobatch.plan.sessions.simulate_sessi
 runs the same streams (the same seed draws the same phases). What the real
 server and client add beyond the curve is measured in every run, from Triton's
 own timers and the batcher's request round trip
-(:func:`autobatch.lab.measure.overheads_from_stats`), and the simulator gets
+(:func:`autobatch.lab.fidelity.overheads_from_stats`), and the simulator gets
 the median over all runs as plain parameters, the same for every case.
 
 The model must already run the curve, with a profile that does not hold a
@@ -26,7 +26,8 @@ import httpx
 
 from autobatch.curve import BatchCurve
 from autobatch.errors import ConfigError, TritonError
-from autobatch.lab.measure import Overheads, median_overheads, model_stats, overheads_from_stats
+from autobatch.lab.fidelity import Overheads, median_overheads, overheads_from_stats
+from autobatch.lab.measure import model_stats
 from autobatch.sessions import SessionsResult
 
 __all__ = ["SessionsCase", "SessionsFidelity", "SessionsRow", "sessions_fidelity"]

@@ -10,7 +10,7 @@ the same file, and the file load recorded, through the simulator.
 What the real server adds beyond the curve (Python-backend IPC and copies per
 batch and per request; gRPC and the client per request) is measured from
 Triton's own timers and the client's clock in every run
-(:func:`autobatch.lab.measure.overheads_from_stats`); the simulator gets the
+(:func:`autobatch.lab.fidelity.overheads_from_stats`); the simulator gets the
 median over all runs, the same for every prediction. Latency is the client's,
 send to response, against the simulator's arrival to completion plus the
 measured fixed latency. Batch sizes (rows) come from Triton's ``batch_stats``.
@@ -29,7 +29,8 @@ import numpy as np
 
 from autobatch.curve import BatchCurve
 from autobatch.errors import TritonError
-from autobatch.lab.measure import Overheads, median_overheads, model_stats, overheads_from_stats
+from autobatch.lab.fidelity import Overheads, median_overheads, overheads_from_stats
+from autobatch.lab.measure import model_stats
 from autobatch.profiles import Profile
 from autobatch.schedule import Phase, Schedule, arrivals
 from autobatch.traces import ArrivalTrace, RowsSpec, draw_rows, write_trace

@@ -47,7 +47,7 @@ An instance is busy for the curve's time of the batch's rows (times lognormal
 noise with ``noise_cv``, as the emulated accelerator does) plus a fixed cost
 per batch and per request. Every latency also gets a fixed cost that does not
 occupy the instance (the network, the client, the protocol). On a real server
-those costs are not zero: :func:`autobatch.lab.measure.overheads_from_stats`
+those costs are not zero: :func:`autobatch.lab.fidelity.overheads_from_stats`
 measures them from Triton's own timers, and the simulator takes them as plain
 parameters rather than folding them into the curve.
 
