@@ -337,7 +337,7 @@ def test_efficiency_and_low_load(name: str, active: str, window: Window, setting
     assert (d.target if d.switch else d.current, d.reason) == (target, reason), d.message
     if d.switch:
         assert d.to_dict()["kind"] == "efficiency"
-        assert set(d.signals["device_ms_estimate"]) == {"latency-soft", "balanced", "aggressive"}
+        assert set(d.signals["device_ms_expected"]) == {"latency-soft", "balanced", "aggressive"}
 
 
 def test_signals_carry_the_objective_for_logs_and_metrics() -> None:
@@ -345,7 +345,8 @@ def test_signals_carry_the_objective_for_logs_and_metrics() -> None:
     d = one(series([100.0] * 5) + [w], "latency-soft")
     sig = d.signals
     for key in ("arrival_rps", "forecast_rps", "forecast_trend_rps", "reaction_s", "capacity_rps",
-                "live_factor", "device_ms_per_request", "busy_share", "device_ms_estimate"):
+                "live_factor", "device_ms_per_request", "busy_share", "device_ms_expected",
+                "device_ms_source"):
         assert key in sig, key
     assert sig["device_ms_per_request"] == 3.3 and sig["busy_share"] == pytest.approx(0.5)
 

@@ -113,10 +113,9 @@ def live_factor(
     return None, None
 
 
-def _greedy_batch(rate_rps: float, profile: Profile, curve: BatchCurve, cap: int) -> float:
+def _greedy_batch(rate_rps: float, n: int, curve: BatchCurve, cap: int) -> float:
     """The batch a free instance finds queued when it takes whatever is there: the
-    arrivals during one execution (spread over the instances), at least one."""
-    n = profile.instance_count or 1
+    arrivals during one execution (spread over the ``n`` instances), at least one."""
     b = 1.0
     for _ in range(30):
         nxt = min(float(cap), max(1.0, rate_rps * batch_ms(curve, b) / 1000.0 / n))
@@ -126,7 +125,8 @@ def _greedy_batch(rate_rps: float, profile: Profile, curve: BatchCurve, cap: int
     return b
 
 
-def batch_estimate(profile: Profile, rate_rps: float, curve: BatchCurve) -> float:
+def batch_estimate(profile: Profile, rate_rps: float, curve: BatchCurve,
+                   instances: int | None = None) -> float:
     """The mean batch ``profile`` forms at ``rate_rps`` arrivals: a rough model of
     Triton's batcher, for comparing profiles (the simulator in ``autobatch.plan``
     is the exact one).
@@ -134,15 +134,19 @@ def batch_estimate(profile: Profile, rate_rps: float, curve: BatchCurve) -> floa
     An instance that frees takes what queued while it ran (the greedy batch);
     a profile with a max queue delay also waits for a preferred size, so its
     batch holds what arrives within the delay too. Either way it is capped at
-    the largest preferred size.
+    the largest preferred size. The instances are the profile's own count, else
+    ``instances`` (the count in use, from the window), else one: two instances
+    share the arrivals, so each finds half as many queued.
     """
     largest = max(profile.effective_preferred)
-    greedy = _greedy_batch(rate_rps, profile, curve, largest)
+    n = profile.instance_count or instances or 1
+    greedy = _greedy_batch(rate_rps, n, curve, largest)
     waited = 1.0 + rate_rps * profile.max_queue_delay_us / 1e6
     return max(1.0, min(float(largest), max(greedy, waited)))
 
 
-def device_ms_estimate(profile: Profile, rate_rps: float, curve: BatchCurve) -> float:
+def device_ms_estimate(profile: Profile, rate_rps: float, curve: BatchCurve,
+                       instances: int | None = None) -> float:
     """Device ms per request ``profile`` spends at ``rate_rps``: its batch's time over its size."""
-    b = batch_estimate(profile, rate_rps, curve)
+    b = batch_estimate(profile, rate_rps, curve, instances)
     return batch_ms(curve, b) / b

@@ -60,6 +60,7 @@ from dataclasses import replace
 from typing import Any
 
 from autobatch.curve import BatchCurve
+from autobatch.policy.capacity import device_ms_estimate
 from autobatch.policy.rules import EPS, _recommend
 from autobatch.policy.settings import PolicySettings
 from autobatch.policy.types import Action, Decision, Observation, Reason, State
@@ -130,8 +131,9 @@ def decide(
             state, Reason.SETTLING, "window overlaps the last switch; ignored", now, sig
         ), replace(state, last_window_end_s=w.end_s)
 
-    # 3. Recommend a target from this window.
+    # 3. Remember what this window's profile cost, then recommend a target from it.
     curve = _merged_curve(history, settings.curve)
+    state = _remember_device(state, w, current, curve, settings)
     target_i, reason, msg = _recommend(w, history, state, settings, cur_i, curve, sig)
     state = replace(state, last_window_end_s=w.end_s)
     recs = tuple((t, i) for t, i in state.recommendations if now - t <= settings.stabilization_s)
@@ -180,6 +182,21 @@ def decide(
 
     d = Decision(Action.SWITCH, state.active, target, reason, msg, now, sig)
     return d, state
+
+
+def _remember_device(state: State, w: Observation, current: Profile, curve: BatchCurve | None,
+                     settings: PolicySettings) -> State:
+    """The state with the device time the window's profile spent, at the window's load."""
+    measured = getattr(w, "device_ms_per_request", None)
+    demand = max(w.arrival_rps, w.inference_rps)
+    if measured is None or w.inference_rps <= 0:
+        return state
+    estimated = None if curve is None else device_ms_estimate(
+        current, demand, curve, getattr(w, "instance_count", None))
+    memory = state.device
+    if memory.alpha != settings.device_alpha:
+        memory = replace(memory, alpha=settings.device_alpha)
+    return replace(state, device=memory.remember(current.name, demand, measured, estimated))
 
 
 def _signals(w: Observation, current: Profile) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from autobatch.policy.capacity import (
     live_factor,
 )
 from autobatch.policy.forecast import Forecast, holt
+from autobatch.policy.memory import device_cost
 from autobatch.policy.settings import PolicySettings
 from autobatch.policy.types import Observation, Reason, State
 from autobatch.profiles import Profile
@@ -103,10 +104,10 @@ def _recommend(
     sig["forecast_trend_rps"] = None if forecast is None else round(forecast.trend_rps, 2)
     sig["reaction_s"] = None if forecast is None else round(
         forecast.horizon_windows * max(w.end_s - w.start_s, EPS), 2)
-    if curve is not None:
-        sig["device_ms_estimate"] = {
-            p.name: round(device_ms_estimate(p, demand, curve), 3) for p in ladder
-        }
+    costs = _device_costs(w, state, s, cur_i, curve, demand)
+    if costs:
+        sig["device_ms_expected"] = {ladder[i].name: round(ms, 3) for i, (ms, _) in costs.items()}
+        sig["device_ms_source"] = {ladder[i].name: src for i, (_, src) in costs.items()}
 
     failures = sum(v for k, v in (w.failure_rps or {}).items() if k in s.failure_reasons)
     sig["failures_rps"] = failures
@@ -163,7 +164,9 @@ def _recommend(
             f"{failures:.2f} failed requests/s (rejected or timed out)",
         )
 
-    # Efficiency toward latency: requests sit out the delay for batches that never fill.
+    # Efficiency toward latency: requests sit out the delay for batches that never fill,
+    # unless the wait buys device time (the lower profile costs more than the band allows)
+    # while the window's requests stay inside the headroom.
     if (
         q is not None
         and b is not None
@@ -171,13 +174,17 @@ def _recommend(
         and q >= s.near_delay_ratio * delay_ms
         and b < min(cur.effective_preferred)
     ):
-        if cur_i == 0:
+        pays = _wait_pays(w, s, cur_i, demand, costs)
+        if pays is not None:
+            sig["wait"] = pays
+        elif cur_i == 0:
             return cur_i, Reason.STEADY, "waiting at the most latency-oriented profile already"
-        return _toward_latency(
-            cur_i, capacity.floor, demand, s, Reason.SELF_INFLICTED_WAIT,
-            f"queue {q:.1f} ms near max delay {delay_ms:g} ms while batches average {b:.1f} "
-            f"< preferred {min(cur.effective_preferred)}",
-        )
+        else:
+            return _toward_latency(
+                cur_i, capacity.floor, demand, s, Reason.SELF_INFLICTED_WAIT,
+                f"queue {q:.1f} ms near max delay {delay_ms:g} ms while batches average {b:.1f} "
+                f"< preferred {min(cur.effective_preferred)}",
+            )
 
     # The p95 rules only trust the summary once it has forgotten the previous profile.
     p95_trusted = state.last_switch_s is None or w.start_s >= state.last_switch_s + s.p95_settle_s
@@ -191,12 +198,12 @@ def _recommend(
                 cur_i, capacity.floor, demand, s, Reason.SLO_BREACH,
                 f"p95 {w.p95_ms:.1f} ms over the SLO {s.slo_p95_ms:g} ms without saturation",
             )
-        up = _efficiency_up(w, s, cur_i, curve, cap, demand, sig)
+        up = _efficiency_up(w, s, cur_i, curve, cap, demand, costs, sig)
         if up is not None:
             return up
 
     # Efficiency toward latency at low load: the lower profile costs about the same.
-    down = _low_load(s, cur_i, curve, capacity.floor, demand)
+    down = _low_load(w, s, cur_i, capacity.floor, demand, costs)
     if down is not None:
         return down
     return cur_i, Reason.STEADY, sig.pop("efficiency", None) or "inside the band"
@@ -264,6 +271,30 @@ def _toward_capacity(
     )
 
 
+def _device_costs(w: Observation, state: State, s: PolicySettings, cur_i: int,
+                  curve: BatchCurve | None, demand: float) -> dict[int, tuple[float, str]]:
+    """Each profile's device ms per request at ``demand`` and where the figure comes from:
+    what it was seen to cost at this load, else the estimate (the curve with its live
+    points, at the instance count in use) corrected by what the windows taught
+    (:mod:`autobatch.policy.memory`). Empty without a curve."""
+    if curve is None:
+        return {}
+    n = getattr(w, "instance_count", None)
+    current = s.ladder[cur_i].name
+    return {
+        i: device_cost(state.device, p.name, demand, device_ms_estimate(p, demand, curve, n),
+                       current)
+        for i, p in enumerate(s.ladder)
+    }
+
+
+def _freed_share(dev_from: float, dev_to: float, demand: float, w: Observation) -> float:
+    """The share of the instances' time a move from ``dev_from`` to ``dev_to`` ms per request
+    frees at ``demand`` (negative: it costs)."""
+    n = getattr(w, "instance_count", None) or 1
+    return (dev_from - dev_to) * demand / 1000.0 / n
+
+
 def _efficiency_up(
     w: Observation,
     s: PolicySettings,
@@ -271,6 +302,7 @@ def _efficiency_up(
     curve: BatchCurve | None,
     cap: Mapping[int, float | None],
     demand: float,
+    costs: Mapping[int, tuple[float, str]],
     sig: dict[str, Any],
 ) -> tuple[int, Reason, str] | None:
     """A step toward throughput when it saves device time and p95 keeps its headroom.
@@ -278,7 +310,9 @@ def _efficiency_up(
     Every profile above the current one is a candidate (a middle rung may form no
     bigger batches than the current one at this rate while the next one does); the
     one saving the most device time among those whose predicted p95 stays under
-    headroom x SLO and that carry the load wins.
+    headroom x SLO and that carry the load wins. The saving must be ``min_saving``
+    of the device time per request and free ``min_freed_share`` of the instances'
+    time: at low load a relative saving frees little and still costs the wait.
     """
     ladder = s.ladder
     assert w.p95_ms is not None
@@ -288,21 +322,23 @@ def _efficiency_up(
         return None
     if cur_i == len(ladder) - 1 or curve is None:
         return None
+    n = getattr(w, "instance_count", None)
     cur = ladder[cur_i]
-    dev_cur = device_ms_estimate(cur, demand, curve)
-    b_cur = batch_estimate(cur, demand, curve)
-    best: tuple[float, int, float, float] | None = None
+    dev_cur, _ = costs[cur_i]
+    b_cur = batch_estimate(cur, demand, curve, n)
+    best: tuple[float, int, float, float, str] | None = None
     refused: list[str] = []
     for i in range(cur_i + 1, len(ladder)):
         nxt = ladder[i]
-        dev = device_ms_estimate(nxt, demand, curve)
+        dev, source = costs[i]
         saving = 1.0 - dev / dev_cur if dev_cur > 0 else 0.0
-        if saving < s.min_saving - EPS:
-            refused.append(f"{nxt.name} saves {saving:.0%}")
+        freed = _freed_share(dev_cur, dev, demand, w)
+        if saving < s.min_saving - EPS or freed < s.min_freed_share - EPS:
+            refused.append(f"{nxt.name} saves {saving:.0%} ({source}), frees {freed:.0%}")
             continue
         # What it would add to p95: its extra wait for a batch, and the longer run of
         # the bigger batch.
-        b = batch_estimate(nxt, demand, curve)
+        b = batch_estimate(nxt, demand, curve, n)
         added = (_wait_ms(nxt, demand) - _wait_ms(cur, demand)) + max(
             0.0, batch_ms(curve, b) - batch_ms(curve, b_cur))
         predicted = w.p95_ms + max(0.0, added)
@@ -314,19 +350,20 @@ def _efficiency_up(
             refused.append(f"{nxt.name} carries only {c:.0f}/s")
             continue
         if best is None or saving > best[0] + EPS:
-            best = (saving, i, dev, predicted)
+            best = (saving, i, dev, predicted, source)
     if best is None:
         # Not a decision yet: the low-load rule may still step down.
         sig["efficiency"] = (
             f"p95 has headroom, but at {demand:.0f}/s nothing above pays ({'; '.join(refused)}; "
-            f"need {s.min_saving:.0%} less device time, p95 under {limit:g} ms)"
+            f"need {s.min_saving:.0%} less device time and {s.min_freed_share:.0%} of the "
+            f"instances freed, p95 under {limit:g} ms)"
         )
         return None
-    saving, i, dev, predicted = best
+    saving, i, dev, predicted, source = best
     return i, Reason.EFFICIENCY, (
-        f"efficiency: {ladder[i].name} spends {dev:.2f} ms of device time per request vs "
-        f"{dev_cur:.2f} at {demand:.0f}/s ({saving:.0%} saved), p95 {w.p95_ms:.1f} -> "
-        f"~{predicted:.0f} ms < {limit:g}"
+        f"efficiency: {ladder[i].name} spends {dev:.2f} ms of device time per request "
+        f"({source}) vs {dev_cur:.2f} at {demand:.0f}/s ({saving:.0%} saved), p95 "
+        f"{w.p95_ms:.1f} -> ~{predicted:.0f} ms < {limit:g}"
     )
 
 
@@ -339,28 +376,59 @@ def _wait_ms(p: Profile, rate_rps: float) -> float:
     return min(delay, max(0.0, fill))
 
 
+def _cheaper_below(w: Observation, s: PolicySettings, cur_i: int, demand: float,
+                  costs: Mapping[int, tuple[float, str]]) -> tuple[bool, float, float, float, str]:
+    """``(about the same, dev_low, dev_cur, extra share, source)``: whether the profile
+    below costs about the same device time as the current one (at most
+    ``latency_tolerance`` more per request, or under half ``min_freed_share`` of the
+    instances' time), so a step toward latency gives up nothing."""
+    dev_cur, _ = costs[cur_i]
+    dev_low, source = costs[cur_i - 1]
+    extra = -_freed_share(dev_cur, dev_low, demand, w)
+    same = dev_low <= dev_cur * (1 + s.latency_tolerance) + EPS or extra < s.min_freed_share / 2 - EPS
+    return same, dev_low, dev_cur, extra, source
+
+
+def _wait_pays(w: Observation, s: PolicySettings, cur_i: int, demand: float,
+               costs: Mapping[int, tuple[float, str]]) -> str | None:
+    """Why waiting for batches that do not fill is worth it here, or None: the profile
+    below would cost device time the band does not allow, and the window's mean request
+    time stays under headroom x SLO."""
+    if cur_i == 0 or not costs:
+        return None
+    same, dev_low, dev_cur, extra, source = _cheaper_below(w, s, cur_i, demand, costs)
+    mean = getattr(w, "mean_request_ms", None)
+    if same or mean is None or mean >= s.headroom * s.slo_p95_ms:
+        return None
+    return (f"the wait pays: {s.ladder[cur_i - 1].name} would spend {dev_low:.2f} ms of device "
+            f"time per request ({source}) vs {dev_cur:.2f}, {extra:.0%} of the instances' time; "
+            f"mean request {mean:.1f} ms")
+
+
 def _low_load(
+    w: Observation,
     s: PolicySettings,
     cur_i: int,
-    curve: BatchCurve | None,
     floor: Mapping[int, float | None],
     demand: float,
+    costs: Mapping[int, tuple[float, str]],
 ) -> tuple[int, Reason, str] | None:
-    """A step toward latency when the lower profile costs about the same device time and
-    carries the load without a backlog."""
-    if cur_i == 0 or curve is None:
+    """A step toward latency when the lower profile costs about the same device time (at
+    most ``latency_tolerance`` more per request, or less than half ``min_freed_share`` of
+    the instances' time) and carries the load without a backlog."""
+    if cur_i == 0 or not costs:
         return None
-    cur, lower = s.ladder[cur_i], s.ladder[cur_i - 1]
-    dev_cur = device_ms_estimate(cur, demand, curve)
-    dev_low = device_ms_estimate(lower, demand, curve)
-    if dev_low > dev_cur * (1 + s.latency_tolerance) + EPS:
+    lower = s.ladder[cur_i - 1]
+    same, dev_low, dev_cur, extra, source = _cheaper_below(w, s, cur_i, demand, costs)
+    if not same:
         return None
     f = floor[cur_i - 1]
     if f is not None and f < demand * s.capacity_margin:
         return None
     return cur_i - 1, Reason.LOW_LOAD, (
         f"low load: at {demand:.0f}/s {lower.name} spends {dev_low:.2f} ms of device time per "
-        f"request vs {dev_cur:.2f}, for less waiting"
+        f"request ({source}) vs {dev_cur:.2f}, {max(extra, 0.0):.0%} of the instances' time, "
+        f"for less waiting"
     )
 
 

@@ -91,6 +91,13 @@ class PolicySettings:
     """An efficiency step toward latency is taken when the lower profile costs at most
     (1 + this) x the current device time per request (at low load they all cost the same).
     Less than ``min_saving``, so the two rules leave a band where neither moves."""
+    min_freed_share: float = 0.1
+    """An efficiency step toward throughput must also free at least this share of the
+    instances' time (saved device ms per request x arrivals / instances): at low load a
+    large relative saving frees almost nothing and still costs the wait. A step toward
+    latency is taken when it costs less than half of this (the band again)."""
+    device_alpha: float = 0.5
+    """The newest window's weight in the device time each profile is remembered to cost."""
 
     def __post_init__(self) -> None:
         if len(self.ladder) < 2:
@@ -106,6 +113,10 @@ class PolicySettings:
             raise ValueError("busy_ceiling must be in (0, 1]")
         if not (0 < self.forecast_alpha <= 1 and 0 < self.forecast_beta <= 1):
             raise ValueError("forecast_alpha and forecast_beta must be in (0, 1]")
+        if not 0 <= self.min_freed_share < 1:
+            raise ValueError("min_freed_share must be in [0, 1)")
+        if not 0 < self.device_alpha <= 1:
+            raise ValueError("device_alpha must be in (0, 1]")
         if self.latency_tolerance >= self.min_saving:
             raise ValueError("latency_tolerance must be below min_saving, or the ladder flaps")
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Protocol
 
+from autobatch.policy.memory import DeviceMemory
+
 __all__ = ["Action", "Decision", "Observation", "Reason", "State"]
 
 
@@ -37,6 +39,7 @@ class Observation(Protocol):
     device_ms_per_request: float | None
     busy_instances: float | None
     busy_share: float | None
+    instance_count: int | None
     stale: bool
     stale_reason: str | None
 
@@ -120,6 +123,8 @@ class State:
     last_switch_failed: bool = False
     """The last switch failed: every move dwells, survival too (retrying a refused
     profile every window would hammer the server)."""
+    device: DeviceMemory = DeviceMemory()
+    """Device time per request each profile was seen to spend, by arrival rate."""
 
     @classmethod
     def initial(cls, active: str) -> State:
