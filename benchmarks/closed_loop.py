@@ -61,7 +61,7 @@ from autobatch.lab.haproxy import HAProxyProcess, http_rewrite_config, write_var
 from autobatch.lab.process import poll_until
 from autobatch.lab.serve import TritonServer, free_port
 from autobatch.profiles import Profile, load_profiles
-from autobatch.schedule import Schedule, load_schedule
+from autobatch.schedule import Phase, Schedule, load_schedule
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from record import row, save_result  # noqa: E402
@@ -107,8 +107,10 @@ class Bench:
         gateway_ladder: list[Profile],
         workdir: Path,
         stack: contextlib.ExitStack,
+        lead_in_s: float = 0.0,
     ) -> None:
         self.instances = instances
+        self.lead_in_s = lead_in_s
         self.reload_ladder = reload_ladder
         self.gateway_ladder = gateway_ladder
         self.workdir = workdir
@@ -262,6 +264,15 @@ class Bench:
                 path, url = config
                 stack.enter_context(SidecarProcess(path, url, self.workdir / f"{mode}.log"))
             try:
+                if url is not None and self.lead_in_s > 0:
+                    # A sidecar in production has been running: its start counts as a switch
+                    # (it cannot know what its predecessor just did), so its p95 rules wait
+                    # p95_settle_s after it. The lead-in, at the first phase's rate and not
+                    # measured, lets the schedule meet a running controller.
+                    first = schedule.phases[0]
+                    lead = Schedule((Phase("lead-in", first.rate_rps or 1.0, self.lead_in_s),))
+                    await run_closed_loop(lead, self.listen, MODEL, sidecar=None, sidecar_url=url,
+                                          slo_p95_ms=slo_ms, mode=mode, protocol="http", seed=seed)
                 return await run_closed_loop(
                     schedule,
                     self.listen,
@@ -427,7 +438,7 @@ async def main_async(args: argparse.Namespace, console: Console) -> dict[str, An
                 console.print(
                     f"[bold]dense_mlp x {n} instance(s)[/]: starting Triton (3 copies) and HAProxy ..."
                 )
-                bench = Bench(n, reload_ladder, gateway_ladder, tmp, stack)
+                bench = Bench(n, reload_ladder, gateway_ladder, tmp, stack, args.lead_in)
                 for name, schedule in schedules.items():
                     console.print(
                         f"[bold]{name}[/] ({schedule.duration_s:.0f} s per mode): {', '.join(modes)}"
@@ -435,6 +446,10 @@ async def main_async(args: argparse.Namespace, console: Console) -> dict[str, An
                     results: dict[str, ClosedLoopResult] = {}
                     for mode in modes:
                         results[mode] = await bench.run(mode, schedule, slo_ms, console, args.seed)
+                        log = tmp / f"{mode}.jsonl"
+                        if args.keep_logs and log.exists():
+                            args.keep_logs.mkdir(parents=True, exist_ok=True)
+                            shutil.copy(log, args.keep_logs / f"{name}-x{n}-{mode}.jsonl")
                     ran_statics = [s for s in statics if s in results]
                     cmp = compare(schedule, results, ran_statics, n) if ran_statics else {}
                     out["runs"].append(
@@ -492,6 +507,12 @@ def main() -> None:
         "--modes", default="", help="comma-separated subset of the static profiles, reload, gateway"
     )
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--lead-in", type=float, default=60.0, metavar="S",
+                    help="seconds the sidecar runs at the first phase's rate before a controller "
+                    "mode's schedule starts, unmeasured (default 60: its p95 rules wait that "
+                    "long after its start)")
+    ap.add_argument("--keep-logs", type=Path, default=None, metavar="DIR",
+                    help="copy each controller mode's decision log into DIR")
     ap.add_argument("--no-save", action="store_true", help="do not write a result file (smoke runs)")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     args = ap.parse_args()
