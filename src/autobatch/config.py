@@ -276,9 +276,15 @@ class Section:
     def done(self) -> None:
         extra = [k for k in self.data if k not in self._seen]
         if extra:
-            known = ", ".join(sorted(self._seen)) or "none"
             k = extra[0]
-            raise self.fail(k, self.data[k], f"unknown field (known fields here: {known})")
+            close = difflib.get_close_matches(str(k), sorted(self._seen), n=3, cutoff=0.6)
+            if close:
+                hint = f"did you mean {' or '.join(close)}?"
+            else:
+                names = sorted(self._seen)
+                hint = "known fields here: " + (", ".join(names[:12]) or "none") + (
+                    f", ... ({len(names)} in all)" if len(names) > 12 else "")
+            raise self.fail(k, self.data[k], f"unknown field ({hint})")
 
 
 def check_int(sec: Section, key: str | int, v: Any, *, min: int | None, max: int | None) -> int:

@@ -359,6 +359,8 @@ def test_signals_carry_the_objective_for_logs_and_metrics() -> None:
         ({"busy_ceiling": 1.5}, "busy_ceiling"),
         ({"forecast_alpha": 0.0}, "forecast_alpha"),
         ({"latency_tolerance": 0.2, "min_saving": 0.1}, "latency_tolerance"),
+        ({"min_freed_share": 1.0}, "min_freed_share"),
+        ({"device_alpha": 0.0}, "device_alpha"),
     ],
 )
 def test_new_settings_are_validated(kwargs: dict[str, Any], message: str) -> None:

@@ -164,15 +164,18 @@ def _recommend(
             f"{failures:.2f} failed requests/s (rejected or timed out)",
         )
 
-    # Efficiency toward latency: requests sit out the delay for batches that never fill,
-    # unless the wait buys device time (the lower profile costs more than the band allows)
-    # while the window's requests stay inside the headroom.
+    # Efficiency toward latency: requests sit out the delay for batches that never fill
+    # while the instances idle (busier, the queue is the load's, not the wait's), unless
+    # the wait buys device time (the lower profile costs more than the band allows) and
+    # the window's requests stay inside the headroom.
+    share = getattr(w, "busy_share", None)
     if (
         q is not None
         and b is not None
         and delay_ms > 0
         and q >= s.near_delay_ratio * delay_ms
         and b < min(cur.effective_preferred)
+        and (share is None or share < s.wait_max_busy)
     ):
         pays = _wait_pays(w, s, cur_i, demand, costs)
         if pays is not None:
@@ -415,9 +418,13 @@ def _low_load(
 ) -> tuple[int, Reason, str] | None:
     """A step toward latency when the lower profile costs about the same device time (at
     most ``latency_tolerance`` more per request, or less than half ``min_freed_share`` of
-    the instances' time) and carries the load without a backlog."""
+    the instances' time) and carries the load without a backlog, while the instances
+    idle (busy under ``wait_max_busy``)."""
     if cur_i == 0 or not costs:
         return None
+    share = getattr(w, "busy_share", None)
+    if share is not None and share >= s.wait_max_busy:
+        return None  # not a low load: busy instances queue on either profile
     lower = s.ladder[cur_i - 1]
     same, dev_low, dev_cur, extra, source = _cheaper_below(w, s, cur_i, demand, costs)
     if not same:

@@ -196,7 +196,7 @@ _POLICY_FLOATS = (
 )
 _POLICY_FRACTIONS = (
     "headroom", "util_ceiling", "busy_ceiling", "live_min_busy", "forecast_alpha", "forecast_beta",
-    "min_saving", "latency_tolerance",
+    "min_saving", "latency_tolerance", "min_freed_share", "device_alpha", "wait_max_busy",
 )
 
 
@@ -217,8 +217,11 @@ def _parse_policy(sec: Section, base: Path, profiles: _Ladder, slo: _Slo) -> tup
         kwargs[key] = sec.float(key, defaults[key].default, min=0.0)
         if kwargs[key] > 1.0:
             raise sec.fail(key, kwargs[key], "must be a fraction in [0, 1]")
-        if key in ("busy_ceiling", "forecast_alpha", "forecast_beta") and kwargs[key] <= 0.0:
+        if key in ("busy_ceiling", "forecast_alpha", "forecast_beta", "device_alpha",
+                   "wait_max_busy") and kwargs[key] <= 0.0:
             raise sec.fail(key, kwargs[key], "must be a fraction in (0, 1]")
+    if kwargs["min_freed_share"] >= 1.0:
+        raise sec.fail("min_freed_share", kwargs["min_freed_share"], "must be a fraction in [0, 1)")
     if kwargs["latency_tolerance"] >= kwargs["min_saving"]:
         raise sec.fail("latency_tolerance", kwargs["latency_tolerance"],
                        f"must be below min_saving ({kwargs['min_saving']:g}), or the ladder flaps")
