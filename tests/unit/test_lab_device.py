@@ -12,9 +12,9 @@ from autobatch.errors import TritonError
 from autobatch.lab.device import DeviceMeter, DeviceTotals
 
 
-def stats(model: str, rows: dict[int, tuple[int, int]]) -> dict[str, Any]:
+def stats(model: str, rows: dict[int, tuple[int, int]], count: int | None = None) -> dict[str, Any]:
     """The stats endpoint's answer: per batch size (executions, compute_infer ns)."""
-    count = sum(b * c for b, (c, _) in rows.items())
+    count = sum(b * c for b, (c, _) in rows.items()) if count is None else count
     return {"model_stats": [{
         "name": model, "version": "1",
         "inference_count": count, "execution_count": sum(c for c, _ in rows.values()),
@@ -27,12 +27,13 @@ def stats(model: str, rows: dict[int, tuple[int, int]]) -> dict[str, Any]:
 class Fake:
     def __init__(self) -> None:
         self.rows: dict[str, dict[int, tuple[int, int]]] = {"a": {}, "b": {}}
+        self.count: dict[str, int] = {}
 
     def handler(self, request: httpx.Request) -> httpx.Response:
         model = request.url.path.split("/")[3]
         if model not in self.rows:
             return httpx.Response(400, json={"error": f"unknown model {model}"})
-        return httpx.Response(200, json=stats(model, self.rows[model]))
+        return httpx.Response(200, json=stats(model, self.rows[model], self.count.get(model)))
 
 
 @pytest.fixture
@@ -75,3 +76,17 @@ async def test_an_unknown_model_is_a_triton_error(fake):
 
 def test_no_requests_means_no_figure():
     assert DeviceTotals().device_ms_per_request is None and DeviceTotals().mean_batch is None
+
+
+async def test_a_reload_that_restarts_only_the_batch_stats_counts_each_counter_on_its_own(fake):
+    """On the real Triton a reload restarted batch_stats while inference_count went on: taking
+    every counter from 0 then counted all requests since the model's load again (a step's high
+    phase read batches of 9.3 where the sidecar's windows saw 4.2)."""
+    fake.rows["a"], fake.count["a"] = {1: (100, 800_000_000)}, 100
+    async with httpx.AsyncClient(transport=httpx.MockTransport(fake.handler)) as client:
+        meter = DeviceMeter("http://triton.test:8000", ["a"], client=client)
+        await meter.read()
+        fake.rows["a"], fake.count["a"] = {16: (2, 60_000_000)}, 132  # batch_stats from 0, count on
+        got = await meter.read()
+    assert got == DeviceTotals(60_000_000, 32, 2)
+    assert got.mean_batch == 16

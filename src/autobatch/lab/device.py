@@ -11,7 +11,8 @@ the queue or the client.
 :class:`DeviceMeter` polls one or several models (the two variants behind a
 gateway are one service) and keeps running totals. A reload brings a new copy
 of the model whose counters start at 0; a counter that goes backwards is read
-as that restart, and the new copy's counts are added from 0. What the old copy
+as that restart, and the new copy's counts are added from 0, each counter on
+its own (Triton does not restart them all). What the old copy
 ran between the last poll and the swap is lost: with a poll a second, at most a
 second of work per reload.
 """
@@ -73,6 +74,21 @@ def _totals(sample: StatsSample) -> DeviceTotals:
     )
 
 
+def _since(last: DeviceTotals, now: DeviceTotals) -> DeviceTotals:
+    """What ran between two readings, each counter on its own: one that went backwards
+    restarted from 0 with a new copy (a reload), so its new value is what ran since.
+    Triton restarts the per-batch-size ``batch_stats`` of a reloaded model but not
+    always its ``inference_count``; taking both from 0 when one of them reset counted
+    every request since the model's load again (a step's high phase read batches of
+    9.3 where the sidecar's windows saw 4.2)."""
+
+    def one(a: int, b: int) -> int:
+        return b - a if b >= a else b
+
+    return DeviceTotals(one(last.compute_ns, now.compute_ns), one(last.requests, now.requests),
+                        one(last.executions, now.executions))
+
+
 class DeviceMeter:
     """Running device-time totals over ``models`` on the Triton at ``http_url``.
 
@@ -101,12 +117,7 @@ class DeviceMeter:
         for model in self.models:
             now = await self._sample(model)
             last = self._last.get(model)
-            if last is None:
-                delta = DeviceTotals()  # the first read is the origin
-            elif now.requests < last.requests or now.compute_ns < last.compute_ns:
-                delta = now  # a new copy (a reload): its counters started from 0
-            else:
-                delta = now - last
+            delta = DeviceTotals() if last is None else _since(last, now)  # the first read is the origin
             self._last[model] = now
             self._total = self._total + delta
         return self._total
