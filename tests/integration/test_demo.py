@@ -30,7 +30,8 @@ def test_demo_runs_the_controller_and_two_static_profiles_and_compares_them(tmp_
     keep = tmp_path / "keep"
     plot = tmp_path / "timeline.png"
     result = CliRunner().invoke(
-        app, ["demo", "--schedule", str(schedule), "--keep", str(keep), "--plot", str(plot), "--json"]
+        app, ["demo", "--schedule", str(schedule), "--keep", str(keep), "--plot", str(plot), "--json",
+              "--lead-in", "3"]
     )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
@@ -55,6 +56,7 @@ def test_demo_runs_the_controller_and_two_static_profiles_and_compares_them(tmp_
     assert "the same load three ways" in result.stderr
     assert "controller vs triton-default: device time per request" in result.stderr
     assert "0 failed" in result.stderr
+    assert "it runs 3 s at 20/s first, unmeasured" in result.stderr
     # The sidecar ran: its decision log holds one line per window, each with a reason.
     lines = [json.loads(x) for x in (keep / "decisions.jsonl").read_text().splitlines()]
     assert len(lines) >= 5 and all(x["decision"]["reason"] for x in lines)

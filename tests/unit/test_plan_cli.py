@@ -104,6 +104,18 @@ def test_plan_bad_input_is_one_line_and_exit_2(args, message):
     assert len(r.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--lead-in", "-1"], "lead_in = -1: must be >= 0 seconds"),
+     (["--instances", "0"], "instances = 0: must be an integer >= 1")],
+)
+def test_demo_bad_input_is_one_line_and_exit_2_before_starting_triton(args, message):
+    r = autobatch("demo", *args)
+    assert r.returncode == 2
+    assert message in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
 def test_simulate_json_poisson_with_a_profile():
     r = autobatch("simulate", "--curve", FP16_256, "--profile",
                   str(PROFILES / EMULATOR_MODEL / "aggressive.yaml"), "--rate", "300",

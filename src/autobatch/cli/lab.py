@@ -200,6 +200,10 @@ def demo(
         int, typer.Option(help="dense_mlp's instance count in every run (with one, Triton's default "
                                "is the answer on a 2-core CPU: docs/ladders.md).")
     ] = 2,
+    lead_in: Annotated[
+        float, typer.Option(help="Seconds the sidecar runs at the first phase's rate before its run, "
+                                 "unmeasured (its p95 rules wait 60 s after its start).")
+    ] = 60.0,
     plot: Annotated[Path | None, typer.Option(help="Write the controller's timeline as a PNG here.")] = None,
     keep: Annotated[
         Path | None, typer.Option(help="Keep the decision log in this folder.")
@@ -207,7 +211,8 @@ def demo(
     as_json: Annotated[bool, typer.Option("--json", help="Print the runs and comparisons as JSON.")] = False,
 ) -> None:
     """The controller against Triton's default and a static profile: embedded Triton + dense_mlp,
-    the same step load three times (~2 min), compared on latency and on device time.
+    the same step load three times (~3 min with the sidecar's lead-in), compared on latency and
+    on device time.
 
     Example: autobatch demo --plot timeline.png
     """
@@ -217,8 +222,10 @@ def demo(
     if instances < 1:
         raise ConfigError(f"instances = {instances}: must be an integer >= 1")
     console = err if as_json else out
+    if lead_in < 0:
+        raise ConfigError(f"lead_in = {lead_in:g}: must be >= 0 seconds")
     done = run_demo(schedule_path=schedule, config_path=config, workdir=keep,
-                    observer=DemoView(console), instances=instances)
+                    observer=DemoView(console), instances=instances, lead_in_s=lead_in)
     result = done.result
     if result.switches:
         console.print(switches_table(result))

@@ -580,6 +580,9 @@ class DemoView:
         index = setup.runs.index(setup.run) + 1
         what = (f"the sidecar, ladder {' -> '.join(p.name for p in cfg.profiles)}"
                 if setup.run == "controller" else f"{setup.run} held, no controller")
+        if setup.lead_in_s > 0:
+            what += (f" (it runs {setup.lead_in_s:g} s at {schedule.phases[0].rate_rps:g}/s first, "
+                     "unmeasured: its start counts as a switch and its p95 rules wait 60 s after one)")
         self.console.print(f"[bold]run {index}/{len(setup.runs)}: {what}[/]")
         rows: deque[Sample] = deque(maxlen=8)
         with Live(console=self.console, refresh_per_second=2, transient=False) as live:

@@ -38,7 +38,7 @@ from autobatch.lab.closed_loop import ClosedLoopResult, Sample, SidecarProcess, 
 from autobatch.lab.device import DeviceMeter
 from autobatch.lab.serve import TritonServer, free_port, project_root
 from autobatch.profiles import Profile, load_profiles
-from autobatch.schedule import Schedule, load_schedule
+from autobatch.schedule import Phase, Schedule, load_schedule
 
 __all__ = [
     "CONTROLLER",
@@ -110,6 +110,8 @@ class DemoSetup:
     """Which run starts: ``controller`` or the name of the profile held."""
     runs: tuple[str, ...] = (CONTROLLER,)
     instances: int | None = None
+    lead_in_s: float = 0.0
+    """Seconds the sidecar runs at the first phase's rate before the schedule, unmeasured."""
 
 
 class DemoObserver(Protocol):
@@ -219,13 +221,19 @@ def run_demo(
     workdir: Path | None = None,
     observer: DemoObserver | None = None,
     instances: int | None = None,
+    lead_in_s: float = 60.0,
 ) -> DemoResult:
     """Start Triton with dense_mlp; run the step load with the sidecar, then with Triton's
     default and with the ladder's last rung held; return what each run got.
 
     ``instances`` sets dense_mlp's instance count for every run (default: the
-    repository's).
+    repository's). ``lead_in_s``: the sidecar first runs this long at the first
+    phase's rate, unmeasured. Its start counts as a switch (it cannot know what a
+    predecessor just did), so its p95 rules wait ``p95_settle_s`` (60 s) after it;
+    a sidecar in production has long been running when the load changes.
     """
+    if lead_in_s < 0:
+        raise ValueError(f"lead_in_s = {lead_in_s:g}: must be >= 0 seconds")
     observer = observer or _Quiet()
     schedule = load_schedule(schedule_path or examples_dir() / "schedules" / "demo.yaml")
     with tempfile.TemporaryDirectory(prefix="autobatch-demo-") as tmp:
@@ -242,19 +250,21 @@ def run_demo(
             for name in names:
                 held = next((p for p in statics if p.name == name), None)
                 setup = DemoSetup(server.urls.http, server.urls.grpc, cfg, schedule, run=name, runs=names,
-                                  instances=instances)
+                                  instances=instances, lead_in_s=lead_in_s if held is None else 0.0)
                 start = _with_count(held or cfg.profiles[0], instances)
                 asyncio.run(apply_static(server.urls.http, MODEL, start))
                 with observer.running(setup) as on_sample:
                     runs[name] = asyncio.run(_one_run(server, schedule, cfg if held is None else None,
-                                                      cfg.policy.slo_p95_ms, name, on_sample))
+                                                      cfg.policy.slo_p95_ms, name, on_sample,
+                                                      setup.lead_in_s))
         finally:
             server.close()
     return DemoResult(runs, cfg, cfg.decision_log if workdir else None)
 
 
 async def _one_run(server: TritonServer, schedule: Schedule, sidecar: SidecarConfig | None,
-                   slo_ms: float, mode: str, on_sample: Callable[[Sample, Any], None]) -> ClosedLoopResult:
+                   slo_ms: float, mode: str, on_sample: Callable[[Sample, Any], None],
+                   lead_in_s: float = 0.0) -> ClosedLoopResult:
     # The sidecar runs as its own process (`autobatch run`), as in production: in this
     # process it would share the interpreter lock with the load generator, and the
     # clients' latencies would pay for its work.
@@ -266,6 +276,11 @@ async def _one_run(server: TritonServer, schedule: Schedule, sidecar: SidecarCon
             log = sidecar.decision_log
             url = f"http://{sidecar.server.host}:{sidecar.server.port}"
             stack.enter_context(SidecarProcess(log.parent / "sidecar.yaml", url, log.parent / "sidecar.log"))
+            if lead_in_s > 0:
+                first = schedule.phases[0]
+                lead = Schedule((Phase("lead-in", first.rate_rps or 1.0, lead_in_s),))
+                await run_closed_loop(lead, server.urls.grpc, MODEL, sidecar=None, sidecar_url=url,
+                                      slo_p95_ms=slo_ms, mode=mode)
         try:
             return await run_closed_loop(schedule, server.urls.grpc, MODEL, sidecar=None, sidecar_url=url,
                                          decision_log=log, slo_p95_ms=slo_ms, mode=mode, on_sample=on_sample,
