@@ -56,7 +56,7 @@ def test_demo_runs_the_controller_and_two_static_profiles_and_compares_them(tmp_
     assert "the same load three ways" in result.stderr
     assert "controller vs triton-default: device time per request" in result.stderr
     assert "0 failed" in result.stderr
-    assert "it runs 3 s at 20/s first, unmeasured" in result.stderr
+    assert "it runs 3 s at 20/s first, unmeasured" in " ".join(result.stderr.split())  # wraps
     # The sidecar ran: its decision log holds one line per window, each with a reason.
     lines = [json.loads(x) for x in (keep / "decisions.jsonl").read_text().splitlines()]
     assert len(lines) >= 5 and all(x["decision"]["reason"] for x in lines)
