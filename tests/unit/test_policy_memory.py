@@ -44,10 +44,10 @@ def test_rate_buckets_are_a_quarter_wide(a: float, b: float, same: bool) -> None
 
 
 def test_remember_averages_the_windows_of_one_profile_and_rate() -> None:
-    m = DeviceMemory(alpha=0.5).remember("efficient", 130.0, 6.0, 8.0)
+    m = DeviceMemory().remember("efficient", 130.0, 6.0, 8.0, alpha=0.5)
     assert m.seen_ms("efficient", rate_bucket(130.0)) == 6.0
     assert m.ratio_of("efficient") == pytest.approx(0.75)
-    m = m.remember("efficient", 131.0, 8.0, 8.0)
+    m = m.remember("efficient", 131.0, 8.0, 8.0, alpha=0.5)
     assert m.seen_ms("efficient", rate_bucket(130.0)) == pytest.approx(7.0)
     assert m.ratio_of("efficient") == pytest.approx(0.875)
     # another rate has its own entry, another profile its own ratio
@@ -61,10 +61,10 @@ def test_remember_averages_the_windows_of_one_profile_and_rate() -> None:
         assert m.remember("efficient", 130.0, bad, 8.0) == m
 
 
-SEEN = (DeviceMemory(alpha=1.0)
-        .remember("efficient", 100.0, 6.0, 7.5)      # ratio 0.8
-        .remember("triton-default", 100.0, 9.0, 6.0)  # ratio 1.5
-        .remember("efficient", 160.0, 5.0, None))
+SEEN = (DeviceMemory()
+        .remember("efficient", 100.0, 6.0, 7.5, alpha=1.0)      # ratio 0.8
+        .remember("triton-default", 100.0, 9.0, 6.0, alpha=1.0)  # ratio 1.5
+        .remember("efficient", 160.0, 5.0, None, alpha=1.0))
 
 
 @pytest.mark.parametrize(

@@ -193,10 +193,8 @@ def _remember_device(state: State, w: Observation, current: Profile, curve: Batc
         return state
     estimated = None if curve is None else device_ms_estimate(
         current, demand, curve, getattr(w, "instance_count", None))
-    memory = state.device
-    if memory.alpha != settings.device_alpha:
-        memory = replace(memory, alpha=settings.device_alpha)
-    return replace(state, device=memory.remember(current.name, demand, measured, estimated))
+    return replace(state, device=state.device.remember(current.name, demand, measured, estimated,
+                                                       settings.device_alpha))
 
 
 def _signals(w: Observation, current: Profile) -> dict[str, Any]:

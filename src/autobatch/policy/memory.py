@@ -47,8 +47,6 @@ class DeviceMemory:
     """(profile, rate bucket, device ms per request), averaged over the windows seen."""
     ratio: tuple[tuple[str, float], ...] = ()
     """(profile, measured / estimated device ms), averaged over the windows seen."""
-    alpha: float = 0.5
-    """The newest window's weight in both averages."""
 
     def seen_ms(self, profile: str, bucket: int) -> float | None:
         for p, b, ms in self.seen:
@@ -63,11 +61,12 @@ class DeviceMemory:
         return None
 
     def remember(self, profile: str, rate_rps: float, measured_ms: float,
-                 estimated_ms: float | None) -> DeviceMemory:
-        """This memory with one more window served by ``profile`` at ``rate_rps``."""
+                 estimated_ms: float | None, alpha: float = 0.5) -> DeviceMemory:
+        """This memory with one more window served by ``profile`` at ``rate_rps``;
+        ``alpha`` is the newest window's weight in both averages."""
         if not (measured_ms > 0 and math.isfinite(measured_ms) and rate_rps > 0):
             return self
-        a = self.alpha
+        a = alpha
         bucket = rate_bucket(rate_rps)
         old = self.seen_ms(profile, bucket)
         ms = measured_ms if old is None else a * measured_ms + (1 - a) * old
