@@ -3,6 +3,7 @@ stats are read by benchmarks/closed_loop.py and tests/integration/test_demo.py."
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -10,6 +11,7 @@ import pytest
 
 from autobatch.errors import TritonError
 from autobatch.lab.device import DeviceMeter, DeviceTotals
+from autobatch.lab.process import poll_until_async
 
 
 def stats(model: str, rows: dict[int, tuple[int, int]], count: int | None = None) -> dict[str, Any]:
@@ -78,15 +80,53 @@ def test_no_requests_means_no_figure():
     assert DeviceTotals().device_ms_per_request is None and DeviceTotals().mean_batch is None
 
 
-async def test_a_reload_that_restarts_only_the_batch_stats_counts_each_counter_on_its_own(fake):
-    """On the real Triton a reload restarted batch_stats while inference_count went on: taking
-    every counter from 0 then counted all requests since the model's load again (a step's high
-    phase read batches of 9.3 where the sidecar's windows saw 4.2)."""
+async def test_a_new_copy_that_overtook_the_old_one_between_two_reads_mixes_the_copies(fake):
+    """Why the meter must be polled: read only at the ends, a new copy that has served
+    more than the old one had looks, counter by counter, like the old one counting on."""
+    fake.rows["a"] = {1: (100, 800_000_000)}
+    async with httpx.AsyncClient(transport=httpx.MockTransport(fake.handler)) as client:
+        sparse = DeviceMeter("http://triton.test:8000", ["a"], client=client)
+        dense = DeviceMeter("http://triton.test:8000", ["a"], client=client)
+        await sparse.read(), await dense.read()
+        fake.rows["a"] = {2: (10, 100_000_000)}                  # the new copy, early on
+        await dense.read()
+        fake.rows["a"] = {2: (100, 1_000_000_000)}               # every counter past the old copy's
+        wrong, right = await sparse.read(), await dense.read()
+    assert right == DeviceTotals(1_000_000_000, 200, 100)
+    assert wrong == DeviceTotals(200_000_000, 100, 0)             # the difference of two copies
+
+
+async def test_one_counter_going_backwards_marks_a_new_copy_for_all_of_them(fake):
     fake.rows["a"], fake.count["a"] = {1: (100, 800_000_000)}, 100
     async with httpx.AsyncClient(transport=httpx.MockTransport(fake.handler)) as client:
         meter = DeviceMeter("http://triton.test:8000", ["a"], client=client)
         await meter.read()
-        fake.rows["a"], fake.count["a"] = {16: (2, 60_000_000)}, 132  # batch_stats from 0, count on
+        fake.rows["a"], fake.count["a"] = {16: (8, 160_000_000)}, 128  # executions back to 8
         got = await meter.read()
-    assert got == DeviceTotals(60_000_000, 32, 2)
-    assert got.mean_batch == 16
+    assert got == DeviceTotals(160_000_000, 128, 8)
+
+
+class Stepping(Fake):
+    """Each request of the stats endpoint serves the next of ``answers``, then the last."""
+
+    def __init__(self, answers: list[dict[int, tuple[int, int]]]) -> None:
+        super().__init__()
+        self.answers = answers
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        self.rows["a"] = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        return super().handler(request)
+
+
+async def test_poll_reads_until_stopped_and_so_sees_the_new_copy():
+    fake = Stepping([{1: (100, 800_000_000)}, {2: (10, 100_000_000)}, {2: (100, 1_000_000_000)}])
+    async with httpx.AsyncClient(transport=httpx.MockTransport(fake.handler)) as client:
+        meter = DeviceMeter("http://triton.test:8000", ["a"], client=client)
+        assert await meter.read() == DeviceTotals()
+        stop = asyncio.Event()
+        task = asyncio.ensure_future(meter.poll(stop, interval_s=0.001))
+        await poll_until_async(lambda: len(fake.answers) == 1, timeout_s=10, what="two polls")
+        stop.set()
+        await task
+        got = await meter.read()
+    assert got == DeviceTotals(1_000_000_000, 200, 100)

@@ -285,11 +285,15 @@ async def run_closed_loop(
     # Device readings at each phase boundary: [start of phase 0, end of phase 0, ...].
     readings: list[DeviceTotals] = []
     bounds = [*starts[1:], schedule.duration_s]
+    polling = asyncio.Event()
+    poller = None
     try:
         if device is not None:
             # The origin: what ran before the load does not count (its one warm-up
             # request does, in the first phase).
             readings.append(await device.read())
+            # Read between the boundaries too, so a reload inside a phase is seen as one.
+            poller = asyncio.ensure_future(device.poll(polling))
         while not load.done():
             origin = recorder.origin()
             if origin is not None:
@@ -331,6 +335,9 @@ async def run_closed_loop(
             readings[-1] = final
     finally:
         stop.set()
+        polling.set()
+        if poller is not None:
+            await asyncio.gather(poller, return_exceptions=True)
         if sidecar_task is not None:
             await asyncio.gather(sidecar_task, return_exceptions=True)
         if remote is not None:
