@@ -118,6 +118,15 @@ SELF_WAIT = dict(inference_rps=20.0, mean_batch_size=1.2, mean_queue_ms=19.0, p9
         # the p95 rules
         ("p95 over the SLO, not saturated", "aggressive", win(p95_ms=70.0, mean_queue_ms=2.0), {},
          {}, Action.SWITCH, "balanced", Reason.SLO_BREACH),
+        ("p95 over the SLO and this window's requests slow too", "aggressive",
+         win(p95_ms=70.0, mean_queue_ms=2.0, mean_request_ms=30.0), {},
+         {}, Action.SWITCH, "balanced", Reason.SLO_BREACH),
+        ("p95 over the SLO from a past peak: this window's requests are quick", "aggressive",
+         win(p95_ms=70.0, mean_queue_ms=2.0, mean_request_ms=9.0, busy_share=0.8), {},
+         {}, Action.HOLD, "aggressive", Reason.STEADY),
+        ("p95 over the SLO, quick requests, the summary trusted alone", "aggressive",
+         win(p95_ms=70.0, mean_queue_ms=2.0, mean_request_ms=9.0, busy_share=0.8), {},
+         {"breach_min_mean": 0.0}, Action.SWITCH, "balanced", Reason.SLO_BREACH),
         ("p99 over its SLO", "aggressive", win(p99_ms=90.0, mean_queue_ms=2.0), {},
          {"slo_p99_ms": 80.0}, Action.SWITCH, "balanced", Reason.SLO_BREACH),
         ("p95 over the SLO but the summary still holds the old profile", "aggressive",
@@ -252,7 +261,7 @@ def test_dwell_holds_then_lets_the_switch_through():
 
 
 def test_stabilization_vetoes_a_step_down_right_after_high_load():
-    s = settings(stabilization_s=10.0)
+    s = settings(stabilization_s=10.0, stabilization_drop=0.0)  # every recommendation vetoes
     busy = win(inference_rps=900.0, mean_batch_size=20.0, mean_queue_ms=5.0, p95_ms=20.0)
     windows = [busy, busy] + [win(**SELF_WAIT)] * 8
     decisions, _ = run(windows, State.initial("aggressive"), s)
@@ -261,6 +270,26 @@ def test_stabilization_vetoes_a_step_down_right_after_high_load():
     first_switch = next(i for i, d in enumerate(decisions) if d.switch)
     # the last "stay" came at index 1 (t=102); the veto lasts 10 s
     assert 100.0 + 2.0 * first_switch > 102.0 + 10.0
+
+
+@pytest.mark.parametrize(("busy_rps", "vetoed"), [(900.0, False), (41.0, False), (39.0, True), (30.0, True)])
+def test_a_recommendation_made_at_over_twice_the_load_does_not_veto(busy_rps, vetoed):
+    """The load fell from ``busy_rps`` to SELF_WAIT's 20/s: below half of it, what kept the
+    higher profile then says nothing of now, and the step down waits only its confirmations."""
+    s = settings(stabilization_s=10.0, stabilization_drop=0.5)
+    # Busy instances: the queue is the load's, so nothing argues for a step down yet.
+    busy = win(inference_rps=busy_rps, mean_batch_size=20.0, mean_queue_ms=5.0, p95_ms=20.0,
+               busy_share=0.8)
+    windows = [busy, busy] + [win(**SELF_WAIT)] * 8
+    decisions, _ = run(windows, State.initial("aggressive"), s)
+    assert decisions[1].target == "aggressive"           # the busy windows kept it
+    first_switch = next(i for i, d in enumerate(decisions) if d.switch)
+    assert decisions[first_switch].reason is Reason.SELF_INFLICTED_WAIT
+    if vetoed:
+        assert Reason.STABILIZING in [d.reason for d in decisions[:first_switch]]
+        assert 100.0 + 2.0 * first_switch > 102.0 + 10.0
+    else:
+        assert first_switch == 2 + s.confirmations - 1
 
 
 def test_p95_rules_wait_for_the_summary_to_forget_the_old_profile():

@@ -136,8 +136,9 @@ def decide(
     state = _remember_device(state, w, current, curve, settings)
     target_i, reason, msg = _recommend(w, history, state, settings, cur_i, curve, sig)
     state = replace(state, last_window_end_s=w.end_s)
-    recs = tuple((t, i) for t, i in state.recommendations if now - t <= settings.stabilization_s)
-    state = replace(state, recommendations=recs + ((now, target_i),))
+    demand = max(w.arrival_rps, w.inference_rps)
+    recs = tuple(r for r in state.recommendations if now - r[0] <= settings.stabilization_s)
+    state = replace(state, recommendations=recs + ((now, target_i, demand),))
 
     if target_i == cur_i:
         return _hold(state, reason, msg, now, sig), replace(state, streak_target=None, streak=0)
@@ -168,15 +169,18 @@ def decide(
         ), state
 
     # 6. Stabilize efficiency moves toward latency (as the HPA stabilizes scale-down):
-    # every recent recommendation must agree. Protective moves (failures, an SLO
+    # every recent recommendation must agree, but for those made at a load this one has
+    # fallen well below (stabilization_drop). Protective moves (failures, an SLO
     # breach) are confirmed by N windows but not held back further.
     if target_i < cur_i and reason in (Reason.SELF_INFLICTED_WAIT, Reason.LOW_LOAD):
-        most = max(i for _, i in state.recommendations)
-        if most > target_i:
+        vetoes = [(i, d) for _, i, d in state.recommendations
+                  if i > target_i and d * settings.stabilization_drop <= demand + EPS]
+        if vetoes:
+            most, at = max(vetoes)
             return _hold(
                 state, Reason.STABILIZING,
                 f"{msg}; a recommendation for {ladder[most].name} in the last "
-                f"{settings.stabilization_s:g} s vetoes it",
+                f"{settings.stabilization_s:g} s (at {at:.0f}/s) vetoes it",
                 now, {**sig, "wants": target, "because": reason.value},
             ), state
 

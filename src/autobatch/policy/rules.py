@@ -196,6 +196,11 @@ def _recommend(
         breach = w.p95_ms > s.slo_p95_ms or (
             s.slo_p99_ms is not None and w.p99_ms is not None and w.p99_ms > s.slo_p99_ms
         )
+        mean = getattr(w, "mean_request_ms", None)
+        if breach and mean is not None and mean < s.breach_min_mean * s.slo_p95_ms - EPS:
+            # The summary still holds a past peak; this window's requests are quick.
+            sig["p95_stale"] = f"mean request {mean:.1f} ms < {s.breach_min_mean:g} x SLO"
+            breach = False
         if breach:
             return _toward_latency(
                 cur_i, capacity.floor, demand, s, Reason.SLO_BREACH,

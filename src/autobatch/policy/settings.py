@@ -35,9 +35,19 @@ class PolicySettings:
     """Windows starting less than this after a switch are ignored (reload, warm-up)."""
     p95_settle_s: float = 60.0
     """The summary p95 holds up to 60 s of the previous profile; p95 rules wait this long."""
+    breach_min_mean: float = 0.25
+    """A p95 over the SLO is a breach only while the window's own mean request time is at
+    least this x the SLO: the summary p95 remembers up to 60 s, and after a peak it still
+    reads the peak while the fresh windows are quick (a ramp's way down stepped back on a
+    p95 that held the 380/s peak). 0 trusts the summary alone."""
     stabilization_s: float = 30.0
     """A step toward latency for efficiency (self-inflicted waiting, low load) needs every
-    recommendation of the last this-many seconds to agree (0 turns stabilization off)."""
+    recommendation of the last this-many seconds to agree (0 turns stabilization off) ..."""
+    stabilization_drop: float = 0.5
+    """... but for those made at an arrival rate the load has since fallen below this
+    share of: a load that halved is not a dip, and what paid at twice the load says
+    nothing of this one (a 10 s low phase after a fall otherwise waited out the whole
+    stabilization on the higher profile). 0 lets every recommendation veto."""
     max_window_age_s: float = 30.0
     """A window that ended longer ago than this is stale (the scraper is stuck)."""
     near_delay_ratio: float = 0.5

@@ -114,8 +114,9 @@ class State:
     """... and how many windows in a row."""
     last_window_end_s: float | None = None
     """End of the latest window counted, so one window is never counted twice."""
-    recommendations: tuple[tuple[float, int], ...] = ()
-    """(time, ladder index) of recent recommendations, for the stabilization window."""
+    recommendations: tuple[tuple[float, int, float], ...] = ()
+    """(time, ladder index, arrival rate) of recent recommendations, for the stabilization
+    window."""
     pin: str | None = None
     """A manually pinned profile; overrides everything."""
     last_actuation_s: float | None = None

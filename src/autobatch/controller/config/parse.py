@@ -197,6 +197,7 @@ _POLICY_FLOATS = (
 _POLICY_FRACTIONS = (
     "headroom", "util_ceiling", "busy_ceiling", "live_min_busy", "forecast_alpha", "forecast_beta",
     "min_saving", "latency_tolerance", "min_freed_share", "device_alpha", "wait_max_busy",
+    "stabilization_drop", "breach_min_mean",
 )
 
 

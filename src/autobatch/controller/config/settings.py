@@ -63,6 +63,8 @@ RANGES: dict[str, tuple[float, float]] = {
     "policy.min_freed_share": (0.0, 1.0),
     "policy.device_alpha": (0.0, 1.0),
     "policy.wait_max_busy": (0.0, 1.0),
+    "policy.stabilization_drop": (0.0, 1.0),
+    "policy.breach_min_mean": (0.0, 1.0),
     "signals.range_s": (0.0, _DAY_S),
     "signals.timeout_s": (0.0, 300.0),
     "signals.max_scrape_bytes": (1_024, 1 << 30),
