@@ -41,6 +41,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import shlex
 import shutil
 import sys
 import tempfile
@@ -519,7 +520,12 @@ def main() -> None:
     console = Console(stderr=args.json, width=200)
     result = asyncio.run(main_async(args, console))
     if not args.no_save:
-        save_result("closed_loop", result, rows_for(result))
+        # The command that reproduces the figures: where the logs are kept is no part of it
+        # (report.py keys runs by command line).
+        argv = [a for i, a in enumerate(sys.argv[1:])
+                if a != "--keep-logs" and (i == 0 or sys.argv[i] != "--keep-logs")]
+        command = "python " + " ".join(["benchmarks/closed_loop.py", *map(shlex.quote, argv)])
+        save_result("closed_loop", result, rows_for(result), command=command)
     if args.json:
         print(json.dumps(result, indent=1, default=str))
 
