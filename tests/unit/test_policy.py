@@ -185,18 +185,22 @@ def test_one_window(name, active, window, state_kw, settings_kw, action, target,
 
 
 @pytest.mark.parametrize(
-    ("profile", "curve", "expected"),
+    ("profile", "curve", "instances", "expected"),
     [
-        (LS, GAINS, 8 * 1000 / 15.0),
-        (AGG, GAINS, 32 * 1000 / 30.0),
-        (AGG, NO_GAIN, 32 * 1000 / 320.0),
-        (replace(AGG, instance_count=2), GAINS, 2 * 32 * 1000 / 30.0),
-        (Profile("empty-preferred", 16, (), 0), GAINS, 16 * 1000 / 20.0),
-        (LS, None, None),
+        (LS, GAINS, None, 8 * 1000 / 15.0),
+        (AGG, GAINS, None, 32 * 1000 / 30.0),
+        (AGG, NO_GAIN, None, 32 * 1000 / 320.0),
+        (replace(AGG, instance_count=2), GAINS, None, 2 * 32 * 1000 / 30.0),
+        # the count in use, when the profile leaves instance_group alone ...
+        (AGG, GAINS, 2, 2 * 32 * 1000 / 30.0),
+        # ... but a profile's own count wins
+        (replace(AGG, instance_count=3), GAINS, 2, 3 * 32 * 1000 / 30.0),
+        (Profile("empty-preferred", 16, (), 0), GAINS, None, 16 * 1000 / 20.0),
+        (LS, None, 2, None),
     ],
 )
-def test_capacity_is_the_largest_preferred_batch_over_its_time(profile, curve, expected):
-    got = capacity_rps(profile, curve)
+def test_capacity_is_the_largest_preferred_batch_over_its_time(profile, curve, instances, expected):
+    got = capacity_rps(profile, curve, instances)
     assert got == (pytest.approx(expected) if expected is not None else None)
 
 

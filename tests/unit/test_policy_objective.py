@@ -147,6 +147,12 @@ def test_live_capacity_finds_overload_the_curve_misses() -> None:
          "balanced", Reason.OVERLOAD),
         ("arrivals from the backlog's growth", [win(inference_rps=500.0, pending_delta=60.0)],
          "latency-soft", "balanced", Reason.OVERLOAD),
+        # two instances in use (the profiles leave instance_group alone): twice the capacity
+        ("two instances carry what one does not",
+         [win(inference_rps=560.0, p95_ms=40.0).with_instance_count(2)],
+         "latency-soft", "latency-soft", Reason.STEADY),
+        ("two instances, past their capacity", [win(inference_rps=1100.0).with_instance_count(2)],
+         "latency-soft", "balanced", Reason.OVERLOAD),
         ("just under capacity: not an overload", series([500, 520], p95_ms=40.0), "latency-soft",
          "latency-soft", Reason.STEADY),
         ("too much for every rung but the top", [win(inference_rps=900.0)], "latency-soft",

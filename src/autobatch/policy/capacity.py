@@ -37,21 +37,25 @@ __all__ = [
 ]
 
 
-def capacity_rps(profile: Profile, curve: BatchCurve | None) -> float | None:
+def capacity_rps(profile: Profile, curve: BatchCurve | None,
+                 instances: int | None = None) -> float | None:
     """Items per second the profile sustains when the queue never empties.
 
     With a deep queue Triton sends the largest preferred batch every time, so
-    the capacity is that batch over its run time, times the instance count.
+    the capacity is that batch over its run time, times the instance count: the
+    profile's own, else ``instances`` (the count in use, from the window), else
+    one. A profile that leaves instance_group alone runs on the model's instances,
+    and counting one of two halved every capacity with two instances.
     This is what a saturated server gains by switching to the profile.
     """
     if curve is None:
         return None
     b = max(profile.effective_preferred)
-    instances = profile.instance_count or 1
-    return curve.throughput_rps(b) * instances
+    return curve.throughput_rps(b) * (profile.instance_count or instances or 1)
 
 
-def floor_capacity_rps(profile: Profile, curve: BatchCurve | None) -> float | None:
+def floor_capacity_rps(profile: Profile, curve: BatchCurve | None,
+                       instances: int | None = None) -> float | None:
     """Items per second the profile carries *without* building a deep queue.
 
     At the margin the queue holds only a few requests when an instance frees,
@@ -63,8 +67,8 @@ def floor_capacity_rps(profile: Profile, curve: BatchCurve | None) -> float | No
     """
     if curve is None:
         return None
-    instances = profile.instance_count or 1
-    return min(curve.throughput_rps(b) for b in profile.effective_preferred) * instances
+    n = profile.instance_count or instances or 1
+    return min(curve.throughput_rps(b) for b in profile.effective_preferred) * n
 
 
 def batch_ms(curve: BatchCurve, b: float) -> float:

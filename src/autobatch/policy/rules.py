@@ -56,10 +56,11 @@ def _capacities(history: Sequence[Observation], s: PolicySettings, curve: BatchC
     factor, _ = live_factor(history, reference, busy_ceiling=s.busy_ceiling,
                             min_busy_share=s.live_min_busy)
     scale = factor if factor is not None else 1.0
+    n = getattr(history[-1], "instance_count", None) if history else None
     cap: dict[int, float | None] = {}
     floor: dict[int, float | None] = {}
     for i, p in enumerate(s.ladder):
-        c, f = capacity_rps(p, reference), floor_capacity_rps(p, reference)
+        c, f = capacity_rps(p, reference, n), floor_capacity_rps(p, reference, n)
         cap[i] = None if c is None else c * scale
         floor[i] = None if f is None else f * scale
     return _Capacity(cap, floor, factor)
