@@ -188,8 +188,12 @@ def test_a_wrong_estimate_is_tried_once_then_remembered() -> None:
         ("the wait pays, but requests take 45 ms (over 0.7 x SLO): step toward latency",
          DeviceMemory().remember("triton-default", 200.0, 7.4, 7.0), 45.0,
          "triton-default", Reason.SELF_INFLICTED_WAIT),
-        ("the same costs, but the instances are 90% busy: the queue is the load's, no low load",
-         DeviceMemory().remember("triton-default", 200.0, 5.7, 7.0), 20.0, "efficient", Reason.STEADY),
+        ("the same costs seen, the instances 90% busy: not self-inflicted, but the batches gain "
+         "nothing and the wait only adds latency",
+         DeviceMemory().remember("triton-default", 200.0, 5.7, 7.0), 20.0,
+         "triton-default", Reason.NO_GAIN),
+        ("the instances 90% busy, the default's cost never seen: assumed to cost more, keep",
+         DeviceMemory(), 20.0, "efficient", Reason.STEADY),
     ],
 )
 def test_a_wait_that_buys_device_time_is_not_self_inflicted(name: str, memory: DeviceMemory,
@@ -204,3 +208,5 @@ def test_a_wait_that_buys_device_time_is_not_self_inflicted(name: str, memory: D
     assert (d.target if d.switch else d.current, d.reason) == (target, reason), d.message
     if reason is Reason.STEADY and "busy" not in name:
         assert "the wait pays" in d.signals["wait"]
+    if "never seen" in name:
+        assert d.signals["device_ms_source"]["triton-default"] == "assumed"

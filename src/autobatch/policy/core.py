@@ -25,12 +25,13 @@ reason has a :attr:`Reason.kind`:
   ``capacity_margin``, or the highest-capacity one.
 * **protective** (``failures``, ``slo_breach``): rejected requests, or p95 over
   the SLO without saturation: a step toward latency, confirmed.
-* **efficiency** (``efficiency``, ``self_inflicted_wait``, ``low_load``): a step
+* **efficiency** (``efficiency``, ``self_inflicted_wait``, ``low_load``, ``no_gain``): a step
   toward throughput that saves at least ``min_saving`` of the device time per
   request with p95 still inside ``headroom`` x SLO; a step toward latency when
   the wait is self-inflicted, or when the lower profile costs at most
-  ``latency_tolerance`` more device time (at low load they all cost the same).
-  Confirmed, dwelled, and stabilized downward.
+  ``latency_tolerance`` more device time (at low load they all cost the same;
+  under load, once seen to cost the same, ``no_gain``). Confirmed, dwelled, and
+  stabilized downward (``no_gain`` is not: requests wait for nothing meanwhile).
 
 Why the survival rules look at arrivals, not latency: a slow p95 has two
 causes that want opposite moves. *Self-inflicted waiting* (queue near the max

@@ -78,6 +78,7 @@ class Reason(str, Enum):
     EFFICIENCY = "efficiency"  # the next profile saves device time, p95 stays inside headroom
     SELF_INFLICTED_WAIT = "self_inflicted_wait"  # waiting for batches that never fill
     LOW_LOAD = "low_load"  # device time barely differs: take the lower latency
+    NO_GAIN = "no_gain"  # busy, and the batches no longer save device time: the wait only costs
     # manual
     PIN = "pin"  # switching to a manually pinned profile
 
@@ -95,6 +96,7 @@ _KINDS = {
     Reason.FAILURES: "protective",
     Reason.EFFICIENCY: "efficiency",
     Reason.SELF_INFLICTED_WAIT: "efficiency",
+    Reason.NO_GAIN: "efficiency",
     Reason.LOW_LOAD: "efficiency",
     Reason.PIN: "manual",
 }
