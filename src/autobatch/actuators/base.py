@@ -84,8 +84,10 @@ class Actuator(Protocol):
         """Make ``profile`` live, verify it, roll back on failure.
 
         ``urgent``: the policy moves to survive (the live profile cannot carry the
-        load). An actuator with a faster, less cautious path takes it (the gateway
-        shifts straight to the target weight); the others ignore it.
+        load), or steps toward latency where the target costs about the same
+        (:attr:`autobatch.policy.Reason.direct`). An actuator with a faster, less
+        cautious path takes it (the gateway shifts straight to the target weight);
+        the others ignore it.
         """
         ...
 

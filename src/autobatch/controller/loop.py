@@ -253,7 +253,7 @@ class Controller:
             # Saved before the reload starts: a sidecar killed mid-switch dwells after its restart.
             await self._persist(last_switch_s=now)
             actuation = await self._apply(decision.target, reason=decision.reason.value,
-                                          urgent=decision.reason.kind == "survival")
+                                          urgent=decision.reason.direct)
             if actuation is not None and actuation.ok:
                 self.state = self.state.switched(decision.target, self.clock(), actuation.duration_s)
                 self.metrics.switches.labels(cfg.model, decision.reason.value, decision.target).inc()

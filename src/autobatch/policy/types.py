@@ -87,6 +87,17 @@ class Reason(str, Enum):
         """``survival``, ``protective``, ``efficiency``, ``manual`` or ``hold``."""
         return _KINDS.get(self, "hold")
 
+    @property
+    def direct(self) -> bool:
+        """Whether a switch for this reason takes the actuator's fast path (the gateway:
+        straight to the target weight, judged afterwards against the variant the traffic
+        left). Survival moves, whose live profile cannot carry the load; and the steps
+        toward latency whose target carries the load for about the same device time or
+        for a wait that buys nothing (``low_load``, ``self_inflicted_wait``, ``no_gain``):
+        stepping 25 -> 50 -> 100 % took 6 s there, most of a 10 s low phase."""
+        return self.kind == "survival" or self in (
+            Reason.LOW_LOAD, Reason.SELF_INFLICTED_WAIT, Reason.NO_GAIN)
+
 
 _KINDS = {
     Reason.OVERLOAD: "survival",
