@@ -522,8 +522,10 @@ def main() -> None:
     if not args.no_save:
         # The command that reproduces the figures: where the logs are kept is no part of it
         # (report.py keys runs by command line).
-        argv = [a for i, a in enumerate(sys.argv[1:])
-                if a != "--keep-logs" and (i == 0 or sys.argv[i] != "--keep-logs")]
+        argv: list[str] = []
+        for prev, a in zip(sys.argv[:-1], sys.argv[1:], strict=True):
+            if a != "--keep-logs" and prev != "--keep-logs" and not a.startswith("--keep-logs="):
+                argv.append(a)
         command = "python " + " ".join(["benchmarks/closed_loop.py", *map(shlex.quote, argv)])
         save_result("closed_loop", result, rows_for(result), command=command)
     if args.json:
