@@ -213,13 +213,15 @@ def test_floor_capacity_is_the_worst_preferred_size(profile, expected):
     assert floor_capacity_rps(profile, None) is None
 
 
-def run(windows, state, s, interval=2.0, start=100.0, apply=True):
-    """Feed windows one per interval; apply every switch like the controller does."""
-    decisions = []
+def run(windows, state, s, interval=2.0, start=100.0, apply=True, history=False):
+    """Feed windows one per interval; apply every switch like the controller does.
+    ``history``: pass every window so far, as the controller does (else the latest alone)."""
+    decisions, seen = [], []
     for i, w in enumerate(windows):
         now = start + i * interval
         w = replace(w, start_s=now - interval, end_s=now)
-        d, state = decide([w], state, s, now)
+        seen = [*seen, w] if history else [w]
+        d, state = decide(seen, state, s, now)
         if d.switch and apply:
             state = state.switched(d.target, now)
         decisions.append(d)
@@ -294,6 +296,26 @@ def test_a_recommendation_made_at_over_twice_the_load_does_not_veto(busy_rps, ve
         assert 100.0 + 2.0 * first_switch > 102.0 + 10.0
     else:
         assert first_switch == 2 + s.confirmations - 1
+
+
+@pytest.mark.parametrize(("before_rps", "vetoed"), [(100.0, False), (39.0, True)])
+def test_the_window_straddling_a_fall_counts_at_the_rate_before_it(before_rps, vetoed):
+    """A window that began at ``before_rps`` and ended after the fall reads 39/s and keeps
+    the higher profile: it counts as made at the higher of its rate and the previous
+    window's, so after a fall from 100/s it does not veto the step back at 20/s (from
+    39/s it still does: a recommendation at under twice the load is no fall)."""
+    s = settings(stabilization_s=10.0, stabilization_drop=0.5)
+    busy = dict(mean_batch_size=20.0, mean_queue_ms=5.0, p95_ms=20.0, busy_share=0.8)
+    windows = [win(inference_rps=before_rps, **busy)] * 2 + [win(inference_rps=39.0, **busy)]
+    windows += [win(**SELF_WAIT)] * 8
+    decisions, _ = run(windows, State.initial("aggressive"), s, history=True)
+    assert decisions[2].target == "aggressive"           # the straddling window kept it
+    first_switch = next(i for i, d in enumerate(decisions) if d.switch)
+    assert decisions[first_switch].reason is Reason.SELF_INFLICTED_WAIT
+    if vetoed:
+        assert Reason.STABILIZING in [d.reason for d in decisions[:first_switch]]
+    else:
+        assert first_switch == 3 + s.confirmations - 1
 
 
 def test_p95_rules_wait_for_the_summary_to_forget_the_old_profile():

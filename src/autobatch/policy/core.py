@@ -62,7 +62,7 @@ from typing import Any
 
 from autobatch.curve import BatchCurve
 from autobatch.policy.capacity import device_ms_estimate
-from autobatch.policy.rules import EPS, _recommend
+from autobatch.policy.rules import EPS, _demand, _recommend
 from autobatch.policy.settings import PolicySettings
 from autobatch.policy.types import Action, Decision, Observation, Reason, State
 from autobatch.profiles import Profile
@@ -137,9 +137,14 @@ def decide(
     state = _remember_device(state, w, current, curve, settings)
     target_i, reason, msg = _recommend(w, history, state, settings, cur_i, curve, sig)
     state = replace(state, last_window_end_s=w.end_s)
-    demand = max(w.arrival_rps, w.inference_rps)
+    demand = _demand(w)
+    # A window that began while the load was higher saw part of that load: its
+    # recommendation counts as made at the higher of its own rate and the previous
+    # window's, so the window straddling a fall (a ramp's 106/s -> 30/s read 46/s and
+    # kept efficient) does not veto the step back for the whole stabilization.
+    made_at = max(demand, _demand(history[-2])) if len(history) > 1 else demand
     recs = tuple(r for r in state.recommendations if now - r[0] <= settings.stabilization_s)
-    state = replace(state, recommendations=recs + ((now, target_i, demand),))
+    state = replace(state, recommendations=recs + ((now, target_i, made_at),))
 
     if target_i == cur_i:
         return _hold(state, reason, msg, now, sig), replace(state, streak_target=None, streak=0)
@@ -193,7 +198,7 @@ def _remember_device(state: State, w: Observation, current: Profile, curve: Batc
                      settings: PolicySettings) -> State:
     """The state with the device time the window's profile spent, at the window's load."""
     measured = getattr(w, "device_ms_per_request", None)
-    demand = max(w.arrival_rps, w.inference_rps)
+    demand = _demand(w)
     if measured is None or w.inference_rps <= 0:
         return state
     estimated = None if curve is None else device_ms_estimate(

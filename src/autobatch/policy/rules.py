@@ -78,6 +78,11 @@ def _forecast(history: Sequence[Observation], state: State, s: PolicySettings,
                 alpha=s.forecast_alpha, beta=s.forecast_beta, z=s.forecast_z)
 
 
+def _demand(w: Observation) -> float:
+    """What the profile must carry: the arrivals, or the completions while a backlog drains."""
+    return max(w.arrival_rps, w.inference_rps)
+
+
 def _recommend(
     w: Observation,
     history: Sequence[Observation],
@@ -93,8 +98,7 @@ def _recommend(
     q = w.mean_queue_ms
     b = w.mean_batch_size
     arrival = w.arrival_rps
-    # What the profile must carry: the arrivals, or the completions while a backlog drains.
-    demand = max(arrival, w.inference_rps)
+    demand = _demand(w)
     sig["demand_rps"] = round(demand, 3)
     capacity = _capacities(history, s, curve)
     cap = capacity.rps

@@ -47,7 +47,9 @@ class PolicySettings:
     """... but for those made at an arrival rate the load has since fallen below this
     share of: a load that halved is not a dip, and what paid at twice the load says
     nothing of this one (a 10 s low phase after a fall otherwise waited out the whole
-    stabilization on the higher profile). 0 lets every recommendation veto."""
+    stabilization on the higher profile). A recommendation counts as made at the higher of
+    its window's rate and the previous window's (the window straddling a fall saw both).
+    0 lets every recommendation veto."""
     max_window_age_s: float = 30.0
     """A window that ended longer ago than this is stale (the scraper is stuck)."""
     near_delay_ratio: float = 0.5
