@@ -112,3 +112,15 @@ def test_every_dashboard_metric_is_one_the_sidecar_or_triton_exports():
     used = {name for expr in dashboard_exprs().values()
             for name in re.findall(r"\b(autobatch_[a-z_]+|nv_[a-z_]+)\b", expr)}
     assert used and used <= exported, used - exported
+
+
+def test_the_switch_panel_names_every_reason_a_switch_can_have():
+    """The panel's description is the operator's legend: a reason added to the policy
+    (as no_gain was) must be named there too."""
+    from autobatch.policy.types import Reason
+
+    board = json.loads((DEPLOY / "grafana" / "autobatch.json").read_text())
+    text = next(p["description"] for p in board["panels"] if p["title"] == "Switches by reason")
+    named = set(re.findall(r"[a-z_]+", text))
+    missing = [r.value for r in Reason if r.kind != "hold" and r.value not in named]
+    assert not missing, f"Switches by reason does not name {missing}"
