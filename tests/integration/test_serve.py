@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -147,3 +148,32 @@ def test_kill_takes_the_stubs_down_too():
     finally:
         server.close()
     assert not os.path.exists(f"/proc/{pgid}")
+
+
+def test_a_server_that_died_says_how_and_quotes_its_log():
+    """A crash of tritonserver alone (SIGSEGV to its pid, its stub untouched): check_alive
+    names the signal and quotes the log, where Triton's own crash report is; close() still
+    takes the orphaned stub down."""
+    server = TritonServer.on_free_ports(REPOSITORY, models=[EMULATOR_MODEL])
+    # No core file from the server or its stubs (they inherit the limit) where dumps are on.
+    soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, hard))
+    try:
+        server.start()
+        resource.setrlimit(resource.RLIMIT_CORE, (soft, hard))
+        server.check_alive("while serving")
+        pgid = server.pid
+        assert pgid is not None
+        os.kill(pgid, signal.SIGSEGV)
+        poll_until(lambda: not server.running(), timeout_s=60, what="tritonserver to end")
+        assert server.exit_status() == "was killed by signal 11 (SIGSEGV)"
+        with pytest.raises(ServeError) as info:
+            server.check_alive("during the test")
+        message = str(info.value)
+        assert message.startswith(f"tritonserver (pid {pgid}) was killed by signal 11 (SIGSEGV) "
+                                  "during the test; last log lines: "), message
+        assert "Signal (11) received." in message, message
+    finally:
+        resource.setrlimit(resource.RLIMIT_CORE, (soft, hard))
+        server.close()
+    assert group_members(pgid) == []

@@ -89,6 +89,7 @@ def serve(
         out.print("Ctrl-C or SIGTERM stops it.")
         while server.running():
             time.sleep(0.5)
+        server.check_alive("while serving")  # raises, naming the exit code or signal
         raise AutobatchError(f"tritonserver exited unexpectedly: {server.log_tail()}")
     except (_Stop, KeyboardInterrupt):
         err.print("stopping tritonserver ...")

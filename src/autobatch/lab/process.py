@@ -26,7 +26,15 @@ from typing import Any, TypeVar
 
 from autobatch.errors import ServeError
 
-__all__ = ["ManagedProcess", "Server", "group_members", "poll_until", "poll_until_async"]
+__all__ = [
+    "ManagedProcess",
+    "Server",
+    "describe_exit",
+    "group_members",
+    "log_tail",
+    "poll_until",
+    "poll_until_async",
+]
 
 T = TypeVar("T")
 S = TypeVar("S", bound="Server")
@@ -106,6 +114,30 @@ async def poll_until_async(
         await sleep(interval_s)
 
 
+def describe_exit(returncode: int) -> str:
+    """A process's end in words, from :attr:`subprocess.Popen.returncode` (negative: the
+    signal that killed it)."""
+    if returncode >= 0:
+        return f"exited with code {returncode}"
+    signum = -returncode
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        return f"was killed by signal {signum}"
+    return f"was killed by signal {signum} ({name})"
+
+
+def log_tail(path: Path, lines: int = 5) -> str:
+    """The last ``lines`` non-blank lines of a log file on one line, joined by `` | ``."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "(no log)"
+    # Whitespace runs collapsed: Triton pads its start-up tables to 200 columns.
+    tail = [" ".join(ln.split()) for ln in text.splitlines() if ln.strip()][-lines:]
+    return " | ".join(tail) if tail else "(empty log)"
+
+
 def group_members(pgid: int) -> list[int]:
     """Live (not zombie) processes in a process group, read from /proc."""
     members = []
@@ -159,20 +191,26 @@ class ManagedProcess:
             self._log = None
             raise ServeError(f"cannot start {self.name} ({cmd[0]}): {exc}") from exc
 
-    def check_alive(self, during: str) -> None:
-        """Raise if the process has exited (use as :func:`poll_until`'s ``check``)."""
-        if self._proc is not None and self._proc.poll() is not None:
+    def exit_status(self) -> str | None:
+        """How the process ended (``exited with code 1``, ``was killed by signal 11
+        (SIGSEGV)``); None while it runs, and once :meth:`stop` or :meth:`kill` ended it
+        on purpose."""
+        if self._proc is None or self._proc.poll() is None:
+            return None
+        return describe_exit(self._proc.returncode)
+
+    def check_alive(self, during: str, *, lines: int = 5) -> None:
+        """Raise if the process has exited (use as :func:`poll_until`'s ``check``): the
+        error names the exit code or signal and the last ``lines`` lines of its log."""
+        status = self.exit_status()
+        if status is not None:
             raise ServeError(
-                f"{self.name} exited with code {self._proc.returncode} {during}: {self.log_tail()}"
+                f"{self.name} (pid {self.pid}) {status} {during}; "
+                f"last log lines: {self.log_tail(lines)}"
             )
 
     def log_tail(self, lines: int = 5) -> str:
-        try:
-            text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return "(no log)"
-        tail = [ln.strip() for ln in text.splitlines() if ln.strip()][-lines:]
-        return " | ".join(tail) if tail else "(empty log)"
+        return log_tail(self.log_path, lines)
 
     def signal(self, signum: int) -> None:
         """Send ``signum`` to the whole group (SIGSTOP/SIGCONT in fault tests, say)."""

@@ -37,7 +37,7 @@ from typing import Any
 import httpx
 
 from autobatch.errors import ConfigError, ServeError
-from autobatch.lab.process import ManagedProcess, Server, poll_until
+from autobatch.lab.process import ManagedProcess, Server, log_tail, poll_until
 
 __all__ = [
     "EMULATOR_MODEL",
@@ -50,6 +50,11 @@ __all__ = [
 
 EMULATOR_MODEL = "emulated_accelerator"
 """The Python-backend model whose batch times follow a batch curve."""
+
+DEATH_LOG_LINES = 15
+"""Log lines quoted when the server died on its own: enough for the model or
+backend error that preceded the end (five, the start-up default, often hold only
+the end of a stack trace)."""
 
 
 @dataclass(frozen=True)
@@ -220,6 +225,19 @@ class TritonServer(Server):
     def running(self) -> bool:
         return self._proc is not None and self._proc.running()
 
+    def exit_status(self) -> str | None:
+        """How the server ended when it ended on its own (``was killed by signal 11
+        (SIGSEGV)``, ``exited with code 1``); None while it runs or after :meth:`stop`."""
+        return self._proc.exit_status() if self._proc else None
+
+    def check_alive(self, during: str) -> None:
+        """Raise :class:`~autobatch.errors.ServeError` if the server died on its own,
+        naming its exit status and the last lines of its log (which :meth:`close`
+        deletes with the work directory unless ``log_path`` was given). A server
+        stopped on purpose passes."""
+        if self._proc is not None:
+            self._proc.check_alive(during, lines=DEATH_LOG_LINES)
+
     def _check_inputs(self) -> list[str]:
         repo = self.repository
         if not repo.is_dir():
@@ -337,12 +355,9 @@ class TritonServer(Server):
             raise ServeError(f"loading {EMULATOR_MODEL} with the curve failed: {r.text}")
 
     def log_tail(self, lines: int = 5) -> str:
-        try:
-            text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        except (OSError, AssertionError):
+        if self._log_path is None:
             return "(no log)"
-        tail = [ln.strip() for ln in text.splitlines() if ln.strip()][-lines:]
-        return " | ".join(tail) if tail else "(empty log)"
+        return log_tail(self._log_path, lines)
 
     def stop(self) -> None:
         """SIGTERM the server, wait, then SIGKILL whatever is left of its process group."""
