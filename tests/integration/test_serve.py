@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import httpx
 import pytest
@@ -138,11 +139,17 @@ def test_kill_takes_the_stubs_down_too():
     try:
         server.start()
         pgid = server.pid
+        # Each stub's second argument is its shared-memory region, which only the server
+        # removes: killed, it would leave it (1 MB each) in /dev/shm for good.
+        regions = [Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[2].decode()
+                   for p in group_members(pgid) if p != pgid]
+        assert regions and all(Path("/dev/shm", r).exists() for r in regions), regions
         server.kill()
         with contextlib.suppress(ServeError):  # the assert below names the survivors
             poll_until(lambda: not group_members(pgid), timeout_s=10,
                        what=f"the processes of group {pgid} to exit")
         assert group_members(pgid) == []
+        assert [r for r in regions if Path("/dev/shm", r).exists()] == []
         server.start()  # and it comes back on the same ports
         assert httpx.get(f"{server.urls.http}/v2/health/ready").status_code == 200
     finally:

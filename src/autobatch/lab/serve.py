@@ -37,7 +37,7 @@ from typing import Any
 import httpx
 
 from autobatch.errors import ConfigError, ServeError
-from autobatch.lab.process import ManagedProcess, Server, log_tail, poll_until
+from autobatch.lab.process import ManagedProcess, Server, group_members, log_tail, poll_until
 
 __all__ = [
     "EMULATOR_MODEL",
@@ -163,6 +163,33 @@ def _environment() -> dict[str, str]:
     site = sysconfig.get_paths()["purelib"]
     env["PYTHONPATH"] = os.pathsep.join(p for p in (site, env.get("PYTHONPATH", "")) if p)
     return env
+
+
+SHM_DIR = Path("/dev/shm")
+STUB_REGION_PREFIX = "triton_python_backend_shm_region_"
+
+
+def _stub_regions(pgid: int) -> list[str]:
+    """The shared-memory regions of the Python-backend stubs in a process group. Each stub
+    runs as ``triton_python_backend_stub MODEL_PY REGION ...``; the server unlinks REGION
+    when it unloads the model, so a server killed or crashed leaves it (1 MB) in /dev/shm."""
+    regions = []
+    for pid in group_members(pgid):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if len(argv) > 2 and argv[0].endswith(b"triton_python_backend_stub"):
+            name = argv[2].decode(errors="replace")
+            if name.startswith(STUB_REGION_PREFIX) and "/" not in name:
+                regions.append(name)
+    return regions
+
+
+def _unlink_regions(regions: Sequence[str]) -> None:
+    for name in regions:
+        with contextlib.suppress(FileNotFoundError):
+            (SHM_DIR / name).unlink()
 
 
 class TritonServer(Server):
@@ -360,16 +387,23 @@ class TritonServer(Server):
         return log_tail(self._log_path, lines)
 
     def stop(self) -> None:
-        """SIGTERM the server, wait, then SIGKILL whatever is left of its process group."""
+        """SIGTERM the server, wait, then SIGKILL whatever is left of its process group;
+        then remove the shared memory of its stubs, which a server that exits cleanly
+        removes itself but one that crashed or had to be killed leaves behind."""
         if self._proc is not None:
+            regions = _stub_regions(self._proc.pid) if self._proc.pid else []
             self._proc.stop(self.stop_timeout_s)
             self._proc = None
+            _unlink_regions(regions)
 
     def kill(self) -> None:
-        """SIGKILL the server and its stubs at once (a crash, for tests)."""
+        """SIGKILL the server and its stubs at once (a crash, for tests); their shared
+        memory is removed as :meth:`stop` does."""
         if self._proc is not None:
+            regions = _stub_regions(self._proc.pid) if self._proc.pid else []
             self._proc.kill()
             self._proc = None
+            _unlink_regions(regions)
 
     def signal(self, signum: int) -> None:
         """Send ``signum`` to the server's process group: SIGSTOP and SIGCONT freeze and
