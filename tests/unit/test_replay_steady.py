@@ -1,15 +1,15 @@
 """Steady Poisson load on the real Triton, replayed through the policy: no switch.
 
 ``tests/data/steady-aggressive.jsonl.gz`` holds the windows of a
-``benchmarks/steady.py --trace`` run (benchmarks/results/steady/20261130-133906.json):
+``benchmarks/steady.py --trace`` run (benchmarks/results/steady/20261201-000204.json):
 five minutes of Poisson arrivals at 70% of what aggressive carried under an
 overload probe on dense_mlp, read from the embedded Triton every second by the
 sidecar of examples/sidecar.yaml on the ladder latency-soft -> balanced ->
 aggressive. Replayed through ``decide`` with that config, the policy must hold
 from the first window to the last: the noise of real one-second windows
 (arrivals, the pending gauge, busy time) does not trip the overload or
-forecast rules. (At that rate aggressive ran over
-the SLO on this machine; the policy wanted a step toward latency every window
+forecast rules. (At that rate aggressive sent 2.75% of its requests over
+the SLO on this machine; on 6 windows the policy wanted a step toward latency
 and held, because no lower rung carries the load: reason ``capacity``.)
 """
 
