@@ -41,7 +41,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import shlex
 import shutil
 import sys
 import tempfile
@@ -520,14 +519,7 @@ def main() -> None:
     console = Console(stderr=args.json, width=200)
     result = asyncio.run(main_async(args, console))
     if not args.no_save:
-        # The command that reproduces the figures: where the logs are kept is no part of it
-        # (report.py keys runs by command line).
-        argv: list[str] = []
-        for prev, a in zip(sys.argv[:-1], sys.argv[1:], strict=True):
-            if a != "--keep-logs" and prev != "--keep-logs" and not a.startswith("--keep-logs="):
-                argv.append(a)
-        command = "python " + " ".join(["benchmarks/closed_loop.py", *map(shlex.quote, argv)])
-        save_result("closed_loop", result, rows_for(result), command=command)
+        save_result("closed_loop", result, rows_for(result))
     if args.json:
         print(json.dumps(result, indent=1, default=str))
 

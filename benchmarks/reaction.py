@@ -1,6 +1,6 @@
 """How fast the controller answers a rise in load: steps and a ramp, on the real Triton.
 
-    .venv/bin/python benchmarks/reaction.py [--steps 3] [--no-ramp] [--no-save]
+    .venv/bin/python benchmarks/reaction.py [--steps 3] [--no-ramp] [--no-save] [--keep-logs DIR]
 
 One embedded Triton serves dense_mlp (torch on this CPU); the sidecar runs
 examples/sidecar.yaml (a 1 s interval, the reload actuator) on the ladder
@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -144,6 +145,9 @@ async def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             result = await run_closed_loop(schedule, server.urls.grpc, MODEL, sidecar=cfg,
                                            slo_p95_ms=cfg.policy.slo_p95_ms, mode="controller")
             log = _log(cfg.decision_log)
+            if args.keep_logs is not None:
+                args.keep_logs.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(cfg.decision_log, args.keep_logs / f"{name}.jsonl")
             t0 = _t0_wall(log, result)
             case: dict[str, Any] = {"result": result.to_dict(), "interval_s": cfg.interval_s,
                                     "slo_p95_ms": cfg.policy.slo_p95_ms}
@@ -251,6 +255,8 @@ def main() -> None:
                     help="the sidecar's ladder (examples/sidecar.yaml's other settings)")
     ap.add_argument("--no-ramp", action="store_true")
     ap.add_argument("--no-save", action="store_true")
+    ap.add_argument("--keep-logs", type=Path, default=None, metavar="DIR",
+                    help="copy each case's decision log to DIR/<case>.jsonl (for autobatch replay)")
     args = ap.parse_args()
     console = Console(width=140)
     t0 = time.time()

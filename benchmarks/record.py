@@ -66,12 +66,22 @@ def row(what: str, figure: str, *, command: str | None = None, key: str | None =
     return out
 
 
+def _without_keep_logs(argv: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    for prev, a in zip(["", *argv], argv, strict=False):
+        if a != "--keep-logs" and prev != "--keep-logs" and not a.startswith("--keep-logs="):
+            out.append(a)
+    return out
+
+
 def save_result(benchmark: str, data: Any, rows: Sequence[dict[str, Any]] = (),
                 *, command: str | None = None) -> Path:
-    """Write this run's result; returns the file. ``command`` defaults to this process's argv."""
+    """Write this run's result; returns the file. ``command`` defaults to this process's
+    argv, less ``--keep-logs DIR``: where the logs were kept is no part of the command that
+    reproduces the figures (report.py keys runs by command line)."""
     now = time.gmtime()
     cmd = command or "python " + " ".join(shlex.quote(a) for a in [
-        os.path.relpath(sys.argv[0], Path(__file__).resolve().parents[1]), *sys.argv[1:]])
+        os.path.relpath(sys.argv[0], Path(__file__).resolve().parents[1]), *_without_keep_logs(sys.argv[1:])])
     doc = {
         "benchmark": benchmark,
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", now),
