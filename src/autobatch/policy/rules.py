@@ -382,6 +382,16 @@ def _efficiency_up(
         )
         return None
     saving, i, dev, predicted, source = best
+    busy = getattr(w, "busy_share", None)
+    if busy is not None and busy > s.efficiency_max_busy + EPS:
+        # The move would pay, but making it (a reload loads a second copy on the busy
+        # devices) would cost the SLO while it runs.
+        sig["efficiency"] = (
+            f"{ladder[i].name} would save {saving:.0%} of the device time ({source}), but the "
+            f"instances are {busy:.0%} busy (> {s.efficiency_max_busy:.0%}): no room to make "
+            "the move"
+        )
+        return None
     return i, Reason.EFFICIENCY, (
         f"efficiency: {ladder[i].name} spends {dev:.2f} ms of device time per request "
         f"({source}) vs {dev_cur:.2f} at {demand:.0f}/s ({saving:.0%} saved), p95 "
