@@ -29,6 +29,7 @@ BENCHMARKS = [
     ("bursts", "bursts", []),
     ("sdk", "sdk", []),
     ("footprint", "footprint", []),
+    ("overhead", "overhead", []),
     ("reload_vs_shift", "reload_vs_shift", ["--grpc-load-api"]),
     ("ladder", "ladder", []),
     ("switching_map", "switching_map", []),
