@@ -26,8 +26,9 @@ import pytest
 from autobatch.actuators import TritonReloadActuator
 from autobatch.actuators.triton_config import batching_view
 from autobatch.errors import ServeError
-from autobatch.lab.process import poll_until
+from autobatch.lab.process import poll_until, poll_until_async
 from autobatch.profiles import load_profiles, parse_pbtxt
+from autobatch.signals import TritonSource
 
 from ..conftest import PROFILES, REPOSITORY
 from ..helpers import BackgroundLoad
@@ -235,6 +236,36 @@ async def test_a_profile_triton_refuses_is_rolled_back_and_the_model_keeps_servi
     assert await actuator.live_profile() == "balanced"
     assert len(after) >= 20 and set(after) == {"ok"}
     assert load.report.total.failures == {}
+
+
+async def test_the_source_reads_while_a_grpc_load_is_in_flight(server, ladder):
+    """Measured (/tmp/stall/stall.py, issue 11): while a load sent over HTTP runs, most
+    stats and config reads on kept-alive HTTP connections wait for it (Triton's HTTP
+    server runs the load on the thread those connections are pinned to). A load sent
+    over gRPC, the sidecar's default ``load_api``, left every such read alone; this pins
+    that: the source's kept-alive connections answer a whole sample before the load ends."""
+    act = TritonReloadActuator(server.urls.http, MODEL, ladder, grpc_url=server.urls.grpc)
+    source = TritonSource(server.urls.http, MODEL, metrics_url=server.urls.metrics)
+    try:
+        live = await act.live_profile()
+        target = next(p for p in ladder if p.name != live)
+        await source.sample()  # opens the connections the reads below reuse
+        offset = server.log_path.stat().st_size
+        apply = asyncio.ensure_future(act.apply(target))
+        # In flight: Triton has logged that it is loading the new copy.
+        await poll_until_async(
+            lambda: b"loading: " + MODEL.encode() in server.log_path.read_bytes()[offset:] or apply.done(),
+            timeout_s=60.0, what="Triton to log the load of the new copy",
+        )
+        assert not apply.done(), "the load ended before the read could be sent"
+        sample = await source.sample()
+        assert not apply.done(), "the sample waited for the load"
+        assert sample.stats is not None and sample.instance_count is not None  # config read answered
+        result = await apply
+        assert result.ok and result.reason == "applied", result.message
+    finally:
+        await source.aclose()
+        await act.aclose()
 
 
 async def test_a_restart_drops_an_override_and_keeps_a_file_mode_profile(
