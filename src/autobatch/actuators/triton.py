@@ -50,7 +50,9 @@ the times are from a busy machine):
   waits for it and then runs, so the last one sent wins. A client that gives up
   on a load (its timeout) does not cancel it; the load still takes effect.
   A config read while a load is in flight sometimes answers at once with the old
-  config and sometimes waits for the load to end (seen: 5.6 s, 9.2 s), so a
+  config and sometimes waits for the load to end (seen: 5.6 s, 9.2 s: a read on a
+  kept-alive connection that Triton's HTTP server serves on the thread running an
+  HTTP load waits for it; reads during a gRPC load did not), so a
   :meth:`~TritonReloadActuator.live_profile` racing someone else's load can
   time out.
 * A config override is not persisted: after a restart Triton reads the
