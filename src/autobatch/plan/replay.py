@@ -119,8 +119,11 @@ def replay(
     names = [p.name for p in settings.ladder]
     ticks = list(ticks)
     start = initial
-    if start is None and ticks and ticks[0].active in names:
-        start = ticks[0].active
+    if start is None and ticks:
+        # A line's ``active`` is after its decision: where the first tick switched, the
+        # profile it started from is its decision's ``current``.
+        first = (ticks[0].recorded or {}).get("current")
+        start = first if first in names else ticks[0].active if ticks[0].active in names else None
     if start is None:
         start = names[0]
     if start not in names:
