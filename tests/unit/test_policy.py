@@ -65,6 +65,16 @@ SELF_WAIT = dict(inference_rps=20.0, mean_batch_size=1.2, mean_queue_ms=19.0, p9
          Action.HOLD, "balanced", Reason.NO_DATA),
         ("window straddles the switch", "balanced", win(), {"last_switch_s": 99.0}, {},
          Action.HOLD, "balanced", Reason.SETTLING),
+        # ... but for an overload: arrivals do not depend on the profile, and a step in
+        # load that lands as a switch begins must not wait out settle_s as well
+        ("overload in a window straddling the switch", "latency-soft", win(**SATURATED),
+         {"last_switch_s": 99.0}, {}, Action.SWITCH, "balanced", Reason.OVERLOAD),
+        ("overload straddling a switch that failed: the dwell's to judge", "latency-soft",
+         win(**SATURATED), {"last_switch_s": 99.0, "last_switch_failed": True}, {},
+         Action.HOLD, "latency-soft", Reason.SETTLING),
+        ("saturation seen in the queue straddling the switch: ignored", "latency-soft",
+         win(**dict(SATURATED, inference_rps=400.0, pending_delta=0.0)), {"last_switch_s": 99.0},
+         {}, Action.HOLD, "latency-soft", Reason.SETTLING),
         ("calm at latency-soft", "latency-soft", win(), {}, {},
          Action.HOLD, "latency-soft", Reason.STEADY),
         # overload: 540/s arrive (520 completed, the backlog grew 40 in 2 s), latency-soft

@@ -128,9 +128,7 @@ def decide(
         # The same window again (the scraper did not advance): nothing new to count.
         return _hold(state, Reason.NO_DATA, "no new window since the last decision", now, sig), state
     if state.last_switch_s is not None and w.start_s < state.last_switch_s + settings.settle_s - EPS:
-        return _hold(
-            state, Reason.SETTLING, "window overlaps the last switch; ignored", now, sig
-        ), replace(state, last_window_end_s=w.end_s)
+        return _settling(history, state, settings, cur_i, now, sig)
 
     # 3. Remember what this window's profile cost, then recommend a target from it.
     curve = _merged_curve(history, settings.curve)
@@ -192,6 +190,25 @@ def decide(
 
     d = Decision(Action.SWITCH, state.active, target, reason, msg, now, sig)
     return d, state
+
+
+def _settling(history: Sequence[Observation], state: State, settings: PolicySettings, cur_i: int,
+              now: float, sig: dict[str, Any]) -> tuple[Decision, State]:
+    """A window overlapping the last switch: what the profile did in it is not the new
+    profile's (a reloaded copy warming, a shift half made), so it is ignored, but for an
+    overload. Arrivals do not depend on the profile: a step in load that lands during a
+    switch (a step back toward latency just begun) must not wait out ``settle_s`` too.
+    Nothing is remembered from the window (device time, recommendations)."""
+    w = history[-1]
+    held = replace(state, last_window_end_s=w.end_s)
+    if not state.last_switch_failed:
+        curve = _merged_curve(history, settings.curve)
+        target_i, reason, msg = _recommend(w, history, state, settings, cur_i, curve, sig)
+        if reason is Reason.OVERLOAD and target_i > cur_i:
+            target = settings.ladder[target_i].name
+            return Decision(Action.SWITCH, state.active, target, reason,
+                            f"{msg} (in a window overlapping the last switch)", now, sig), held
+    return _hold(state, Reason.SETTLING, "window overlaps the last switch; ignored", now, sig), held
 
 
 def _remember_device(state: State, w: Observation, current: Profile, curve: BatchCurve | None,

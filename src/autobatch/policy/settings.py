@@ -32,7 +32,8 @@ class PolicySettings:
     """No protective or efficiency switch within this long after the previous one. Survival
     switches (toward more capacity) and a manual pin are exempt."""
     settle_s: float = 2.0
-    """Windows starting less than this after a switch are ignored (reload, warm-up)."""
+    """Windows starting less than this after a switch are ignored (reload, warm-up), but for
+    an overload: arrivals do not depend on the profile."""
     p95_settle_s: float = 60.0
     """The summary p95 holds up to 60 s of the previous profile; p95 rules wait this long."""
     breach_min_mean: float = 0.25
