@@ -105,12 +105,18 @@ def reactions(schedule: Schedule, log: list[dict[str, Any]], t0_wall: float) -> 
                  and ln["decision"]["at_s"] < end]
         hit = next((k for k, ln in enumerate(after) if ln["decision"]["action"] == "switch"
                     and ln["decision"]["kind"] == "survival"), None)
+        before = [x for x in log if x["decision"]["at_s"] <= step]
+        live = before[-1]["active"] if before else None
         if hit is None:
+            # No survival move: was the rung live at the step one that carries the step?
+            caps = [(ln["decision"]["signals"].get("capacity_rps") or {}).get(live) for ln in after]
+            caps = [c for c in caps if c is not None]
             out.append({"phase": phase.name, "decision_s": None, "windows": None, "reason": None,
-                        "actuation_s": None, "live_at_step": None})
+                        "actuation_s": None, "live_at_step": live,
+                        "live_capacity_rps": min(caps) if caps else None,
+                        "carried": bool(caps) and min(caps) >= phase.rate_rps})
             continue
         ln = after[hit]
-        before = [x for x in log if x["decision"]["at_s"] <= step]
         out.append({
             "phase": phase.name,
             "decision_s": round(ln["decision"]["at_s"] - step, 3),
@@ -121,7 +127,7 @@ def reactions(schedule: Schedule, log: list[dict[str, Any]], t0_wall: float) -> 
             "capacity_rps": ln["decision"]["signals"].get("capacity_rps"),
             "actuation_s": (ln.get("actuation") or {}).get("duration_s"),
             "actuation_ok": (ln.get("actuation") or {}).get("ok"),
-            "live_at_step": before[-1]["active"] if before else None,
+            "live_at_step": live,
         })
     return out
 
@@ -209,13 +215,21 @@ def report(out: dict[str, Any], console: Console) -> list[dict[str, Any]]:
                       str(r["reason"]), str(r.get("target")),
                       f"{r.get('arrival_rps') or 0:.0f}", f"{r.get('actuation_s')}")
         console.print(t)
-        times = [r["decision_s"] for r in out["steps"]["reactions"] if r["decision_s"] is not None]
-        missed = sum(1 for r in out["steps"]["reactions"] if r["decision_s"] is None)
+        reactions = out["steps"]["reactions"]
+        times = [r["decision_s"] for r in reactions if r["decision_s"] is not None]
+        carried = [r for r in reactions if r["decision_s"] is None and r.get("carried")]
+        missed = len(reactions) - len(times) - len(carried)
+        for r in carried:
+            console.print(f"{r['phase']}: no survival move needed, {r['live_at_step']} was live and "
+                          f"carries {r['live_capacity_rps']:.0f}/s")
+        rungs = ", ".join(sorted({r["live_at_step"] for r in carried}))
         if times:
             worst = max(times)
             rows.append(row(
                 "step 30 -> 350 req/s: step to switch decision (1 s interval)",
                 f"{min(times):.2f}-{worst:.2f} s over {len(times)} steps (target <= 1.5 s)"
+                + (f"; {len(carried)} steps met on {rungs}, which carries them (no move needed)"
+                   if carried else "")
                 + (f", {missed} steps without one" if missed else ""),
                 key="step_decision_s", value=worst, unit="s"))
     if "ramp" in out:
