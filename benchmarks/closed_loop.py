@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gzip
 import json
 import shutil
 import sys
@@ -411,7 +412,11 @@ def phase_table(
     return t
 
 
-async def main_async(args: argparse.Namespace, console: Console) -> dict[str, Any]:
+async def main_async(args: argparse.Namespace, console: Console,
+                     logs: dict[str, bytes] | None = None) -> dict[str, Any]:
+    """Every part asked for; the controller runs' decision logs go into ``logs``
+    (``<schedule>-x<instances>-<mode>``)."""
+    logs = {} if logs is None else logs
     reload_cfg = load_yaml(EXAMPLES / "sidecar.yaml")
     gateway_cfg = load_yaml(EXAMPLES / "sidecar-gateway.yaml")
     available = load_profiles(ROOT / "profiles" / MODEL)
@@ -447,6 +452,8 @@ async def main_async(args: argparse.Namespace, console: Console) -> dict[str, An
                     for mode in modes:
                         results[mode] = await bench.run(mode, schedule, slo_ms, console, args.seed)
                         log = tmp / f"{mode}.jsonl"
+                        if log.exists():
+                            logs[f"{name}-x{n}-{mode}"] = log.read_bytes()
                         if args.keep_logs and log.exists():
                             args.keep_logs.mkdir(parents=True, exist_ok=True)
                             shutil.copy(log, args.keep_logs / f"{name}-x{n}-{mode}.jsonl")
@@ -517,9 +524,17 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     args = ap.parse_args()
     console = Console(stderr=args.json, width=200)
-    result = asyncio.run(main_async(args, console))
+    logs: dict[str, bytes] = {}
+    result = asyncio.run(main_async(args, console, logs))
     if not args.no_save:
-        save_result("closed_loop", result, rows_for(result))
+        path = save_result("closed_loop", result, rows_for(result))
+        # Beside the result, its decision logs: tests/unit/test_results_replay.py replays
+        # them through the shipped policy, so the figures on record describe it.
+        folder = path.parent / "logs"
+        folder.mkdir(exist_ok=True)
+        for part, text in logs.items():
+            with gzip.open(folder / f"{path.stem}-{part}.jsonl.gz", "wb", compresslevel=9) as f:
+                f.write(text)
     if args.json:
         print(json.dumps(result, indent=1, default=str))
 

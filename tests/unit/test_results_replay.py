@@ -1,0 +1,63 @@
+"""The closed-loop figures on record still describe the shipped policy.
+
+Each current result file of ``benchmarks/closed_loop.py``
+(``benchmarks/results/closed_loop/*.json``) has the decision logs of its
+controller runs beside it (``logs/<file>-<schedule>-x<instances>-<mode>.jsonl.gz``,
+which the benchmark writes). Replayed through the example config the run used
+(``examples/sidecar.yaml``, ``examples/sidecar-gateway.yaml``: the benchmark only
+points them at its own Triton), every tick must decide what the run decided.
+When a policy change makes one diverge, its figures no longer describe the
+shipped controller: run that part again and move the old file and its logs to
+``superseded/`` (docs/benchmarks.md, "From a run to the front page").
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from autobatch.config import load_yaml
+from autobatch.controller.config import sidecar_config_from_mapping
+from autobatch.plan.replay import parse_trace, replay
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results" / "closed_loop"
+EXAMPLES = ROOT / "examples"
+CONFIGS = {"reload": EXAMPLES / "sidecar.yaml", "gateway": EXAMPLES / "sidecar-gateway.yaml"}
+
+
+def _logs() -> list[tuple[str, str]]:
+    """(log file name, mode) for every controller run of every current result file."""
+    out = []
+    for path in sorted(RESULTS.glob("*.json")):
+        for run in json.loads(path.read_text(encoding="utf-8"))["data"]["runs"]:
+            for mode in sorted(set(run["modes"]) & set(CONFIGS)):
+                out.append((f"{path.stem}-{run['schedule']}-x{run['instances']}-{mode}.jsonl.gz", mode))
+    return out
+
+
+LOGS = _logs()
+
+
+def test_every_current_result_keeps_its_decision_logs() -> None:
+    missing = [name for name, _ in LOGS if not (RESULTS / "logs" / name).is_file()]
+    assert LOGS and not missing, missing
+
+
+@pytest.mark.parametrize(("name", "mode"), LOGS)
+def test_the_logs_replay_through_the_shipped_policy(name: str, mode: str) -> None:
+    path = RESULTS / "logs" / name
+    if not path.is_file():
+        pytest.fail(f"{path} is missing (see the test above)")
+    example = CONFIGS[mode]
+    cfg = sidecar_config_from_mapping(dict(load_yaml(example)), str(example), base=example.parent)
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        ticks = parse_trace(f, str(path))
+    assert len(ticks) >= 60
+    steps = replay(ticks, cfg.policy, history_windows=cfg.history_windows)
+    differ = [(round(s.tick.now_s - ticks[0].now_s, 1), s.decision.action.value, s.decision.target,
+               s.decision.reason.value) for s in steps if not s.agrees]
+    assert not differ, f"{name} no longer replays: {differ[:5]}"
