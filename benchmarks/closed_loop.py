@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gzip
 import json
 import shutil
 import sys
@@ -65,7 +64,7 @@ from autobatch.profiles import Profile, load_profiles
 from autobatch.schedule import Phase, Schedule, load_schedule
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record import row, save_result  # noqa: E402
+from record import row, save_logs, save_result  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "dense_mlp"
@@ -192,9 +191,11 @@ class Bench:
         finally:
             client.close()
 
-    def _config(self, path: Path, log: Path, gateway: bool) -> tuple[Path, str]:
+    def sidecar_config(self, path: Path, log: Path, gateway: bool,
+                       dry_run: bool = False) -> tuple[Path, str]:
         """The example config pointed at this bench, written as its own file (every path
-        absolute); the file and the sidecar's URL."""
+        absolute); the file and the sidecar's URL. ``dry_run``: the dry-run actuator (the
+        sidecar reads and decides, never switches)."""
         data = dict(load_yaml(path))
         data["triton"] = {
             "http_url": self.triton.urls.http,
@@ -224,6 +225,8 @@ class Bench:
                 for p in self.gateway_ladder
             }
             data["actuator"] = act
+        if dry_run:
+            data["actuator"] = {"kind": "dry-run"}
         out = self.workdir / f"{log.stem}.yaml"
         out.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
         sidecar_config_from_mapping(data, str(out), base=out.parent)  # bad config: fail here, not later
@@ -243,7 +246,7 @@ class Bench:
                 await self.fresh(variant_model(p.name), p)
             await self.route_to(variant_server(first.name))
             models = [variant_model(p.name) for p in self.gateway_ladder]
-            config = self._config(EXAMPLES / "sidecar-gateway.yaml", log, True)
+            config = self.sidecar_config(EXAMPLES / "sidecar-gateway.yaml", log, True)
         else:
             await self.route_to(RELOAD_SERVER)
             profile = (
@@ -254,7 +257,7 @@ class Bench:
             await self.fresh(MODEL, profile)
             models = [MODEL]
             if mode == "reload":
-                config = self._config(EXAMPLES / "sidecar.yaml", log, False)
+                config = self.sidecar_config(EXAMPLES / "sidecar.yaml", log, False)
         console.print(f"  {mode}: {schedule.duration_s:.0f} s of load ...", style="dim")
         meter = DeviceMeter(base, models)
         # The sidecar runs as its own process (`autobatch run`), as in production: in this
@@ -454,9 +457,9 @@ async def main_async(args: argparse.Namespace, console: Console,
                         log = tmp / f"{mode}.jsonl"
                         if log.exists():
                             logs[f"{name}-x{n}-{mode}"] = log.read_bytes()
-                        if args.keep_logs and log.exists():
-                            args.keep_logs.mkdir(parents=True, exist_ok=True)
-                            shutil.copy(log, args.keep_logs / f"{name}-x{n}-{mode}.jsonl")
+                            if args.keep_logs:
+                                args.keep_logs.mkdir(parents=True, exist_ok=True)
+                                shutil.copy(log, args.keep_logs / f"{name}-x{n}-{mode}.jsonl")
                     ran_statics = [s for s in statics if s in results]
                     cmp = compare(schedule, results, ran_statics, n) if ran_statics else {}
                     out["runs"].append(
@@ -527,14 +530,9 @@ def main() -> None:
     logs: dict[str, bytes] = {}
     result = asyncio.run(main_async(args, console, logs))
     if not args.no_save:
-        path = save_result("closed_loop", result, rows_for(result))
         # Beside the result, its decision logs: tests/unit/test_results_replay.py replays
         # them through the shipped policy, so the figures on record describe it.
-        folder = path.parent / "logs"
-        folder.mkdir(exist_ok=True)
-        for part, text in logs.items():
-            with gzip.open(folder / f"{path.stem}-{part}.jsonl.gz", "wb", compresslevel=9) as f:
-                f.write(text)
+        save_logs(save_result("closed_loop", result, rows_for(result)), logs)
     if args.json:
         print(json.dumps(result, indent=1, default=str))
 

@@ -35,7 +35,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import yaml
 from rich.console import Console
 from rich.table import Table
 
@@ -60,10 +59,7 @@ async def one(bench: Bench, profile: Any, schedule: Schedule, slo_ms: float, sid
         url = None
         if sidecar:
             log = bench.workdir / f"observe-{k}.jsonl"
-            path, url = bench._config(EXAMPLES / "sidecar.yaml", log, False)
-            data = load_yaml(path)
-            data["actuator"] = {"kind": "dry-run"}
-            path.write_text(yaml.safe_dump(dict(data), sort_keys=False), encoding="utf-8")
+            path, url = bench.sidecar_config(EXAMPLES / "sidecar.yaml", log, False, dry_run=True)
             stack.enter_context(SidecarProcess(path, url, bench.workdir / f"observe-{k}.log"))
         try:
             r = await run_closed_loop(schedule, bench.listen, MODEL, sidecar=None, sidecar_url=url,

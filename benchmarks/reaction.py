@@ -19,7 +19,8 @@ calls for no survival move at all: docs/ladders.md.)
   whether the first move toward throughput came before the first phase whose
   p95 went over the SLO (the target: it does).
 
-Saved with record.save_result as benchmarks/results/reaction/<time>.json.
+Saved with record.save_result as benchmarks/results/reaction/<time>.json, its decision
+logs beside it (``logs/<time>-steps.jsonl.gz``, ``-ramp``).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from autobatch.profiles import load_profile
 from autobatch.schedule import Phase, Schedule
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record import row, save_result  # noqa: E402
+from record import row, save_logs, save_result  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "dense_mlp"
@@ -132,7 +133,8 @@ def reactions(schedule: Schedule, log: list[dict[str, Any]], t0_wall: float) -> 
     return out
 
 
-async def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
+async def run(args: argparse.Namespace, console: Console, logs: dict[str, bytes]) -> dict[str, Any]:
+    """Both cases; each case's decision log goes into ``logs`` (by case name)."""
     out: dict[str, Any] = {"ladder": args.ladder.split(",")}
     with tempfile.TemporaryDirectory(prefix="autobatch-reaction-") as tmp, \
             TritonServer.on_free_ports(ROOT / "model_repository", models=[MODEL]) as server:
@@ -151,6 +153,7 @@ async def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             result = await run_closed_loop(schedule, server.urls.grpc, MODEL, sidecar=cfg,
                                            slo_p95_ms=cfg.policy.slo_p95_ms, mode="controller")
             log = _log(cfg.decision_log)
+            logs[name] = cfg.decision_log.read_bytes()
             if args.keep_logs is not None:
                 args.keep_logs.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(cfg.decision_log, args.keep_logs / f"{name}.jsonl")
@@ -274,11 +277,12 @@ def main() -> None:
     args = ap.parse_args()
     console = Console(width=140)
     t0 = time.time()
-    out = asyncio.run(run(args, console))
+    logs: dict[str, bytes] = {}
+    out = asyncio.run(run(args, console, logs))
     rows = report(out, console)
     out["elapsed_s"] = round(time.time() - t0, 1)
     if not args.no_save:
-        save_result("reaction", out, rows)
+        save_logs(save_result("reaction", out, rows), logs)
 
 
 if __name__ == "__main__":

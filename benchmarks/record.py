@@ -14,13 +14,14 @@ where several saved runs hold a row with the same ``key`` and a numeric
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import platform
 import shlex
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -96,3 +97,14 @@ def save_result(benchmark: str, data: Any, rows: Sequence[dict[str, Any]] = (),
     path.write_text(json.dumps(doc, indent=1, default=str) + "\n", encoding="utf-8")
     print(f"result saved: {path.relative_to(RESULTS.parents[1])}", file=sys.stderr)
     return path
+
+
+def save_logs(result: Path, logs: Mapping[str, bytes]) -> None:
+    """The run's decision logs beside its result: ``logs/<result stem>-<name>.jsonl.gz``
+    (``autobatch replay`` reads them gunzipped; tests/unit/test_results_replay.py replays
+    the closed loop's through the shipped policy)."""
+    folder = result.parent / "logs"
+    folder.mkdir(exist_ok=True)
+    for name, text in logs.items():
+        with gzip.open(folder / f"{result.stem}-{name}.jsonl.gz", "wb", compresslevel=9) as f:
+            f.write(text)
