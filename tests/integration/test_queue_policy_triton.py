@@ -44,7 +44,10 @@ PROFILE = Profile(name="bounded", max_batch_size=1, preferred_batch_size=(1,), m
                   default_queue_policy=QueuePolicy(timeout_action="REJECT",
                                                    default_timeout_microseconds=100_000, max_queue_size=2))
 # Built directly (not with ArrivalTrace.of, which starts a trace at 0) to keep the lead.
-TRACE = ArrivalTrace(np.array([0.0, 0.010, 0.020, 0.030, 0.700, 1.200]) + 0.3, np.ones(6, dtype=int),
+# The first four 30 ms apart: 10 ms apart, the first two once reached Triton swapped on
+# a loaded CI machine (the second ran, the first timed out). At 30 ms the fourth still
+# meets two unexpired requests queued, and every one arrives inside the first's 2 s run.
+TRACE = ArrivalTrace(np.array([0.0, 0.030, 0.060, 0.090, 0.700, 1.200]) + 0.3, np.ones(6, dtype=int),
                      source="bounded-queue")
 
 
