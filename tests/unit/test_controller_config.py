@@ -122,6 +122,7 @@ DELETE = object()
         ("policy.latency_tolerance", 0.3,
          "policy.latency_tolerance = 0.3: must be below min_saving (0.15), or the ladder flaps"),
         ("policy.forecast_z", -1, "policy.forecast_z = -1.0: must be >= 0"),
+        ("policy.forecast_jump_z", "big", "policy.forecast_jump_z = 'big': must be a finite number"),
         ("policy.min_saveing", 0.1,
          "policy.min_saveing = 0.1: unknown field (did you mean min_saving or min_gain?)"),
         ("policy.min_freed_share", 1, "policy.min_freed_share = 1.0: must be a fraction in [0, 1)"),

@@ -246,6 +246,42 @@ def test_holt_needs_three_windows() -> None:
     assert holt([1.0, 2.0], window_s=1.0, horizon_windows=4.0) is None
 
 
+# The windows of the reaction run of 2026-12-01 04:01 (benchmarks/results/reaction/logs/
+# 20261201-040138-steps.jsonl.gz): the ten fresh windows behind its two forecast moves, each
+# after a step of 30 -> 350/s: one seen after a reload (its windows are stale and skipped),
+# one that straddled two windows.
+AFTER_RELOAD = [38.0, 37.0, 27.0, 35.0, 31.0, 33.0, 32.0, 29.0, 300.6, 323.8]
+STRADDLED = [28.0, 31.0, 22.0, 29.0, 37.0, 27.0, 34.0, 39.0, 284.8, 392.9]
+
+
+@pytest.mark.parametrize(
+    ("rates", "jump_z", "rising", "shifts"),
+    [
+        # Holt alone reads each step as a trend of +40 to +70/s per window
+        (AFTER_RELOAD, 0.0, True, 0),
+        (STRADDLED, 0.0, True, 0),
+        # read as level shifts, the rate restarts at the step with no trend
+        (AFTER_RELOAD, 4.0, False, 1),
+        (STRADDLED, 4.0, False, 2),
+        # the level after the shift is the new rate: a projection from there, not from 30/s
+        ([30.0] * 5 + [350.0] * 5, 4.0, False, 1),
+        # a ramp moves the rate by less than the noise per window: no shift, still a trend
+        ([100.0 + 20 * i for i in range(10)], 4.0, True, 0),
+        # a step down is no shift (a level restarted at a low outlier would read the
+        # windows after it as a rise): Holt follows the fall, and where its falling
+        # trend overshoots, the rate coming in above the projection is the one shift
+        ([350.0] * 5 + [30.0] * 5, 4.0, False, 1),
+    ],
+)
+def test_a_step_is_a_level_shift_not_a_trend(rates: list[float], jump_z: float, rising: bool,
+                                              shifts: int) -> None:
+    f = holt(rates, window_s=1.0, horizon_windows=4.0, jump_z=jump_z)
+    assert f is not None
+    assert (f.rising, f.shifts) == (rising, shifts), f
+    if shifts and jump_z:
+        assert f.level_rps == pytest.approx(rates[-1], rel=0.1)
+
+
 RAMP = [100.0 + 30.0 * i for i in range(10)]  # 100 -> 370/s, +30/s per window
 
 
@@ -266,6 +302,12 @@ RAMP = [100.0 + 30.0 * i for i in range(10)]  # 100 -> 370/s, +30/s per window
          "latency-soft", Reason.STEADY),
         ("at the top nothing carries more: the other rules decide", RAMP, {}, {},
          "aggressive", Reason.STEADY),
+        # a step to 400/s, overload's business (one window), leaves no trend to project:
+        # 400 x 1.25 = 500 < 533
+        ("a step is not a trend", [30.0] * 8 + [310.0, 400.0], {}, {}, "latency-soft",
+         Reason.STEADY),
+        ("a step read as a trend", [30.0] * 8 + [310.0, 400.0], {}, {"forecast_jump_z": 0.0},
+         "balanced", Reason.FORECAST),
     ],
 )
 def test_forecast(name: str, rates: list[float], state_kw: dict[str, Any],
@@ -301,6 +343,46 @@ def test_steady_poisson_noise_does_not_trip_the_fast_rules() -> None:
             switches.append(d)
             state = state.switched(d.target, d.at_s, 3.0)
     assert switches == []
+
+
+def _first_trip(rates: np.ndarray, capacity: float, jump_z: float, start: int = 3) -> int | None:
+    """The first window at which the forecast projects past capacity / 1.25 on a trend that
+    stands out (ten windows, a reaction time of 4), as the forecast rule reads it."""
+    for t in range(start, len(rates) + 1):
+        f = holt([float(r) for r in rates[max(0, t - 10):t]], window_s=1.0, horizon_windows=4.0,
+                 jump_z=jump_z)
+        if f is not None and f.rising and f.rps * 1.25 > capacity:
+            return t
+    return None
+
+
+def test_a_step_trips_the_forecast_only_when_read_as_a_trend() -> None:
+    """Poisson counts per 1-s window, 100 runs of each, read without the level-shift rule
+    (jump_z 0) and with it (4). Steady load at 70% of capacity: the same rare trips either
+    way (about 1 run of 5 minutes in 100 projects past capacity / 1.25). A ramp of 5.8
+    requests/s per second: the same trips, most before 90% of capacity. A step of 30 -> 350/s against
+    a rung carrying 585/s: a trend read into the step in most runs without the rule, never
+    with it."""
+    rng = np.random.default_rng(20261201)
+    steady = [rng.poisson(210.0, 300) for _ in range(100)]
+    ramp = np.array([50.0 + 5.8 * t for t in range(60)])
+    ramps = [rng.poisson(ramp) for _ in range(100)]
+    steps = [rng.poisson(np.array([30.0] * 20 + [350.0] * 30)) for _ in range(100)]
+    trips = {
+        z: (
+            [_first_trip(r, 300.0, z) for r in steady],
+            [_first_trip(r, 300.0, z) for r in ramps],
+            [_first_trip(r, 585.0, z, start=21) for r in steps],
+        )
+        for z in (0.0, 4.0)
+    }
+    assert trips[0.0][0] == trips[4.0][0]
+    assert sum(t is not None for t in trips[4.0][0]) <= 3
+    assert trips[0.0][1] == trips[4.0][1]
+    at = [ramp[t - 1] / 300.0 for t in trips[4.0][1] if t is not None]
+    assert len(at) >= 45 and float(np.median(at)) < 0.9
+    assert sum(t is not None for t in trips[0.0][2]) >= 50
+    assert trips[4.0][2] == [None] * 100
 
 
 # -- efficiency: device time, within the headroom ---------------------------------------------

@@ -75,7 +75,8 @@ def _forecast(history: Sequence[Observation], state: State, s: PolicySettings,
     actuation = state.last_actuation_s if state.last_actuation_s is not None else s.default_actuation_s
     horizon = (window_s + actuation) / window_s
     return holt([h.arrival_rps for h in fresh], window_s=window_s, horizon_windows=horizon,
-                alpha=s.forecast_alpha, beta=s.forecast_beta, z=s.forecast_z)
+                alpha=s.forecast_alpha, beta=s.forecast_beta, z=s.forecast_z,
+                jump_z=s.forecast_jump_z)
 
 
 def _demand(w: Observation) -> float:

@@ -99,6 +99,9 @@ class PolicySettings:
     forecast_z: float = 3.5
     """A trend counts only above this many standard deviations of the trend Poisson noise
     (or the observed noise, if larger) would produce: steady load must not trip it."""
+    forecast_jump_z: float = 4.0
+    """A window more than this many Poisson standard deviations above Holt's projection is
+    a step (a level shift), not a trend: the trend restarts after it (0: never)."""
     default_actuation_s: float = 3.0
     """The reaction time's actuation part before the first switch measures it (a reload of
     dense_mlp here takes about 3 s; a gateway shift a fraction of a second)."""

@@ -192,7 +192,7 @@ _POLICY_FLOATS = (
     "min_dwell_s", "settle_s", "p95_settle_s", "stabilization_s",
     "max_window_age_s", "near_delay_ratio", "saturation_delay_ratio", "saturation_min_queue_ms",
     "capacity_margin", "min_gain", "failure_rps_threshold", "overload_ratio",
-    "overload_backlog_ratio", "forecast_z", "default_actuation_s",
+    "overload_backlog_ratio", "forecast_z", "forecast_jump_z", "default_actuation_s",
 )
 _POLICY_FRACTIONS = (
     "headroom", "util_ceiling", "busy_ceiling", "live_min_busy", "forecast_alpha", "forecast_beta",

@@ -57,6 +57,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "policy.forecast_alpha": (0.0, 1.0),
     "policy.forecast_beta": (0.0, 1.0),
     "policy.forecast_z": (0.0, 1_000.0),
+    "policy.forecast_jump_z": (0.0, 1_000.0),
     "policy.default_actuation_s": (0.0, 3_600.0),
     "policy.min_saving": (0.0, 1.0),
     "policy.latency_tolerance": (0.0, 1.0),
