@@ -1,4 +1,4 @@
-"""The closed-loop figures on record still describe the shipped policy.
+"""The closed-loop and reaction figures on record still describe the shipped policy.
 
 Each current result file of ``benchmarks/closed_loop.py``
 (``benchmarks/results/closed_loop/*.json``) has the decision logs of its
@@ -9,6 +9,10 @@ points them at its own Triton), every tick must decide what the run decided.
 When a policy change makes one diverge, its figures no longer describe the
 shipped controller: run that part again and move the old file and its logs to
 ``superseded/`` (docs/benchmarks.md, "From a run to the front page").
+
+The reaction runs (``benchmarks/reaction.py``, ``results/reaction/*.json``, logs
+``logs/<file>-steps.jsonl.gz`` and ``-ramp``) are held to the same rule, through
+``examples/sidecar.yaml`` on the ladder the run recorded (``data.ladder``).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from autobatch.plan.replay import parse_trace, replay
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "closed_loop"
+REACTION = ROOT / "benchmarks" / "results" / "reaction"
 EXAMPLES = ROOT / "examples"
 CONFIGS = {"reload": EXAMPLES / "sidecar.yaml", "gateway": EXAMPLES / "sidecar-gateway.yaml"}
 
@@ -54,6 +59,44 @@ def test_the_logs_replay_through_the_shipped_policy(name: str, mode: str) -> Non
         pytest.fail(f"{path} is missing (see the test above)")
     example = CONFIGS[mode]
     cfg = sidecar_config_from_mapping(dict(load_yaml(example)), str(example), base=example.parent)
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        ticks = parse_trace(f, str(path))
+    assert len(ticks) >= 60
+    steps = replay(ticks, cfg.policy, history_windows=cfg.history_windows)
+    differ = [(round(s.tick.now_s - ticks[0].now_s, 1), s.decision.action.value, s.decision.target,
+               s.decision.reason.value) for s in steps if not s.agrees]
+    assert not differ, f"{name} no longer replays: {differ[:5]}"
+
+
+def _reaction_logs() -> list[tuple[str, tuple[str, ...]]]:
+    """(log file name, ladder) for each part of every current reaction result with logs
+    (the runs before 2026-12-01 kept none)."""
+    out = []
+    for path in sorted(REACTION.glob("*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))["data"]
+        for part in ("steps", "ramp"):
+            name = f"{path.stem}-{part}.jsonl.gz"
+            if (REACTION / "logs" / name).is_file():
+                out.append((name, tuple(data["ladder"])))
+    return out
+
+
+REACTION_LOGS = _reaction_logs()
+
+
+def test_the_current_reaction_runs_keep_their_logs() -> None:
+    stems = {p.stem for p in REACTION.glob("*.json")}
+    logged = {name.rsplit("-", 1)[0] for name, _ in REACTION_LOGS}
+    assert REACTION_LOGS and logged == stems, sorted(stems - logged)
+
+
+@pytest.mark.parametrize(("name", "ladder"), REACTION_LOGS)
+def test_the_reaction_logs_replay_through_the_shipped_policy(name: str, ladder: tuple[str, ...]) -> None:
+    example = CONFIGS["reload"]
+    data = dict(load_yaml(example))
+    data["profiles"] = {**data["profiles"], "ladder": list(ladder)}
+    cfg = sidecar_config_from_mapping(data, str(example), base=example.parent)
+    path = REACTION / "logs" / name
     with gzip.open(path, "rt", encoding="utf-8") as f:
         ticks = parse_trace(f, str(path))
     assert len(ticks) >= 60
