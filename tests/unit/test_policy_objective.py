@@ -424,6 +424,12 @@ def test_batch_estimate(profile: Profile, rate: float, batch: float) -> None:
         ("efficiency, but instances 85% busy: no room to load a copy", "latency-soft",
          busy(0.85, execs=75, b=4, mean_queue_ms=3.0, p95_ms=12.0), {"efficiency_max_busy": 0.8},
          "latency-soft", Reason.STEADY),
+        ("efficiency, p95 12 ms under efficiency_max_p95 0.3 (15 ms)", "latency-soft",
+         busy(0.6, execs=75, b=4, mean_queue_ms=3.0, p95_ms=12.0), {"efficiency_max_p95": 0.3},
+         "aggressive", Reason.EFFICIENCY),
+        ("efficiency, but p95 12 ms, over 20% of the SLO: no room for a reload", "latency-soft",
+         busy(0.6, execs=75, b=4, mean_queue_ms=3.0, p95_ms=12.0), {"efficiency_max_p95": 0.2},
+         "latency-soft", Reason.STEADY),
         ("efficiency, 85% busy and no limit (the default, the gateway)", "latency-soft",
          busy(0.85, execs=75, b=4, mean_queue_ms=3.0, p95_ms=12.0), {},
          "aggressive", Reason.EFFICIENCY),
@@ -468,6 +474,7 @@ def test_signals_carry_the_objective_for_logs_and_metrics() -> None:
         ({"device_alpha": 0.0}, "device_alpha"),
         ({"efficiency_max_busy": 0.0}, "efficiency_max_busy"),
         ({"efficiency_max_busy": 1.2}, "efficiency_max_busy"),
+        ({"efficiency_max_p95": 0.0}, "efficiency_max_p95"),
     ],
 )
 def test_new_settings_are_validated(kwargs: dict[str, Any], message: str) -> None:

@@ -393,6 +393,16 @@ def _efficiency_up(
             "the move"
         )
         return None
+    room = s.efficiency_max_p95 * s.slo_p95_ms
+    if w.p95_ms > room + EPS:
+        # ... nor while the tail is already near the headroom: while a reload runs, the
+        # instances serve on shared devices and the tail grows.
+        sig["efficiency"] = (
+            f"{ladder[i].name} would save {saving:.0%} of the device time ({source}), but p95 "
+            f"{w.p95_ms:.1f} ms is over {s.efficiency_max_p95:.0%} of the SLO ({room:g} ms): no "
+            "room for the move's own disturbance"
+        )
+        return None
     return i, Reason.EFFICIENCY, (
         f"efficiency: {ladder[i].name} spends {dev:.2f} ms of device time per request "
         f"({source}) vs {dev_cur:.2f} at {demand:.0f}/s ({saving:.0%} saved), p95 "

@@ -124,6 +124,13 @@ class PolicySettings:
     x 2 on this CPU, 85% busy at 335/s: the reload took 5.5 s and sent 5.2 points more of
     that phase over the SLO). Survival moves are never held back; the gateway's variants
     are warm, so its shift costs nothing and it needs no limit. Ignored without a busy share."""
+    efficiency_max_p95: float = 1.0
+    """... nor while the window's p95 is over this share of the SLO (1: never held back). For
+    a reload: while the new copy loads, the instances serve on shared devices and the tail
+    grows; a p95 already near the headroom leaves that no room (dense_mlp x 2 on this CPU,
+    bursts at 150/s: the move came at p95 36 ms, 60% of the SLO, and the 3.6 s reload sent
+    3.3 points more of the burst over the SLO than the best static profile; every move that
+    paid came at 12-15 ms)."""
     device_alpha: float = 0.5
     """The newest window's weight in the device time each profile is remembered to cost."""
 
@@ -147,6 +154,8 @@ class PolicySettings:
             raise ValueError("min_freed_share must be in [0, 1)")
         if not 0 < self.efficiency_max_busy <= 1:
             raise ValueError("efficiency_max_busy must be in (0, 1]")
+        if not 0 < self.efficiency_max_p95 <= 1:
+            raise ValueError("efficiency_max_p95 must be in (0, 1]")
         if not 0 < self.device_alpha <= 1:
             raise ValueError("device_alpha must be in (0, 1]")
         if self.latency_tolerance >= self.min_saving:

@@ -197,7 +197,7 @@ _POLICY_FLOATS = (
 _POLICY_FRACTIONS = (
     "headroom", "util_ceiling", "busy_ceiling", "live_min_busy", "forecast_alpha", "forecast_beta",
     "min_saving", "latency_tolerance", "min_freed_share", "device_alpha", "wait_max_busy",
-    "stabilization_drop", "breach_min_mean", "efficiency_max_busy",
+    "stabilization_drop", "breach_min_mean", "efficiency_max_busy", "efficiency_max_p95",
 )
 
 
@@ -219,7 +219,7 @@ def _parse_policy(sec: Section, base: Path, profiles: _Ladder, slo: _Slo) -> tup
         if kwargs[key] > 1.0:
             raise sec.fail(key, kwargs[key], "must be a fraction in [0, 1]")
         if key in ("busy_ceiling", "forecast_alpha", "forecast_beta", "device_alpha",
-                   "wait_max_busy", "efficiency_max_busy") and kwargs[key] <= 0.0:
+                   "wait_max_busy", "efficiency_max_busy", "efficiency_max_p95") and kwargs[key] <= 0.0:
             raise sec.fail(key, kwargs[key], "must be a fraction in (0, 1]")
     if kwargs["min_freed_share"] >= 1.0:
         raise sec.fail("min_freed_share", kwargs["min_freed_share"], "must be a fraction in [0, 1)")
