@@ -14,7 +14,9 @@ The only I/O here is reading the file.
 from __future__ import annotations
 
 import difflib
+import gzip
 import math
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -59,10 +61,17 @@ MISSING: Any = _Missing()
 
 
 def read_text(path: str | Path, *, what: str = "a file", error: type[ConfigError] = ConfigError) -> str:
-    """Read one UTF-8 input file; any failure is a one-line ``ConfigError`` naming it."""
+    """Read one UTF-8 input file, gzip-compressed or not (a rotated decision log, the
+    benchmarks' saved ones); any failure is a one-line ``ConfigError`` naming it."""
     p = Path(path)
     try:
-        return p.read_text(encoding="utf-8")
+        data = p.read_bytes()
+        if data[:2] == b"\x1f\x8b":
+            data = gzip.decompress(data)
+        # as text mode reads it: universal newlines
+        return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        raise error(f"{p}: not a readable gzip file: {exc}", source=str(p)) from exc
     except FileNotFoundError as exc:
         raise error(f"{p}: file not found", source=str(p)) from exc
     except IsADirectoryError as exc:
