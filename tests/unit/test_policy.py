@@ -276,6 +276,57 @@ def test_dwell_holds_then_lets_the_switch_through():
     assert decisions[first_switch].reason is Reason.SELF_INFLICTED_WAIT
 
 
+@pytest.mark.parametrize(
+    ("state_kw", "reason"),
+    [
+        # an efficiency move made at 200/s, the load now 20/s: the step back goes now
+        ({"efficiency_up_rps": 200.0}, Reason.SELF_INFLICTED_WAIT),
+        # made at 30/s: 20/s is no fall to half of it, the dwell holds
+        ({"efficiency_up_rps": 30.0}, Reason.DWELL),
+        # the last switch was no efficiency move (survival, protective, a pin): dwell
+        ({}, Reason.DWELL),
+        # the last switch failed: every move dwells
+        ({"efficiency_up_rps": 200.0, "last_switch_failed": True}, Reason.DWELL),
+    ],
+)
+def test_the_dwell_lets_a_step_back_undo_an_efficiency_move_whose_load_is_gone(state_kw, reason):
+    s = settings(min_dwell_s=20.0, stabilization_drop=0.5)
+    state = replace(State.initial("aggressive"), last_switch_s=95.0, **state_kw)
+    decisions, _ = run([win(**SELF_WAIT)] * 2, state, s)
+    assert decisions[0].reason is reason, decisions[0].message
+    assert decisions[0].switch is (reason is Reason.SELF_INFLICTED_WAIT)
+
+
+def test_an_efficiency_move_up_is_remembered_and_any_other_switch_forgets_it():
+    s = settings()
+    up = win(inference_rps=300.0, mean_batch_size=4.0, mean_queue_ms=3.0, p95_ms=12.0)
+    d, state = decide([up], State.initial("latency-soft"), s, 100.5)
+    assert (d.switch, d.reason, state.efficiency_up_rps) == (True, Reason.EFFICIENCY, 300.0)
+    state = state.switched(d.target, 100.6)
+    d, state = decide([win(end=130.0, **SELF_WAIT)], state, s, 130.5)
+    assert (d.switch, d.reason, state.efficiency_up_rps) == (True, Reason.SELF_INFLICTED_WAIT, None)
+    # a manual pin forgets it too
+    d, state = decide([up], State.initial("latency-soft"), s, 100.5)
+    d, state = decide([win(end=130.0)], state.switched(d.target, 100.6).pinned("balanced"), s, 130.5)
+    assert (d.switch, d.reason, state.efficiency_up_rps) == (True, Reason.PIN, None)
+
+
+def test_a_flapping_load_undoes_an_efficiency_move_at_most_once_per_dwell():
+    """Load flipping between 300/s (an efficiency move up) and 20/s (the wait self-inflicted)
+    every two windows: a step back comes as soon as the load halves, but each move up
+    waits its confirmations and the dwell after the step back, so the profile changes at
+    most twice per dwell."""
+    s = settings(confirmations=2, min_dwell_s=20.0, stabilization_s=6.0, stabilization_drop=0.5)
+    up = win(inference_rps=300.0, mean_batch_size=4.0, mean_queue_ms=3.0, p95_ms=12.0)
+    windows = [up if (i // 2) % 2 == 0 else win(**SELF_WAIT) for i in range(200)]
+    decisions, _ = run(windows, State.initial("latency-soft"), s)
+    switches = [d for d in decisions if d.switch]
+    assert any(d.reason is Reason.EFFICIENCY for d in switches)
+    ups = [d.at_s for d in switches if d.reason is Reason.EFFICIENCY]
+    assert all(b - a >= 20.0 for a, b in zip(ups, ups[1:])), ups
+    assert len(switches) <= 2 * (200 * 2.0 / 20.0) + 1
+
+
 def test_stabilization_vetoes_a_step_down_right_after_high_load():
     s = settings(stabilization_s=10.0, stabilization_drop=0.0)  # every recommendation vetoes
     busy = win(inference_rps=900.0, mean_batch_size=20.0, mean_queue_ms=5.0, p95_ms=20.0)

@@ -31,7 +31,10 @@ reason has a :attr:`Reason.kind`:
   the wait is self-inflicted, or when the lower profile costs at most
   ``latency_tolerance`` more device time (at low load they all cost the same;
   under load, once seen to cost the same, ``no_gain``). Confirmed, dwelled, and
-  stabilized downward (``no_gain`` is not: requests wait for nothing meanwhile).
+  stabilized downward (``no_gain`` is not: requests wait for nothing meanwhile). A
+  step back that undoes an efficiency move after its load has gone (fallen to
+  ``stabilization_drop`` of the rate the move was made at) does not wait out the
+  dwell.
 
 Why the survival rules look at arrivals, not latency: a slow p95 has two
 causes that want opposite moves. *Self-inflicted waiting* (queue near the max
@@ -109,7 +112,7 @@ def decide(
             Action.SWITCH, state.active, state.pin, Reason.PIN,
             f"manual pin: {state.active} -> {state.pin}", now, {},
         )
-        return d, state
+        return d, replace(state, efficiency_up_rps=None)
 
     # 2. Data guards: hold on missing, stale or old data.
     if not history:
@@ -160,9 +163,20 @@ def decide(
             {**sig, "wants": target, "because": reason.value},
         ), state
 
-    # 5. Dwell after the previous switch, except to survive (unless that switch failed).
+    # 5. Dwell after the previous switch, except to survive (unless that switch failed),
+    # and except to undo an efficiency move whose load is gone: a step toward latency that
+    # costs nothing (reason.direct), the load fallen to stabilization_drop of the rate the
+    # move was made at (counted at the higher of this window's and the previous one's).
+    # The dwell keeps noise from flapping the profile; a load that halved is not noise,
+    # and the move back up, an efficiency move, waits its confirmations and the dwell.
+    undo = (
+        target_i < cur_i and reason.direct and not state.last_switch_failed
+        and state.efficiency_up_rps is not None
+        and made_at <= settings.stabilization_drop * state.efficiency_up_rps + EPS
+    )
     if (
         (not survival or state.last_switch_failed)
+        and not undo
         and state.last_switch_s is not None
         and now - state.last_switch_s < settings.min_dwell_s - EPS
     ):
@@ -189,7 +203,8 @@ def decide(
             ), state
 
     d = Decision(Action.SWITCH, state.active, target, reason, msg, now, sig)
-    return d, state
+    up = reason is Reason.EFFICIENCY and target_i > cur_i
+    return d, replace(state, efficiency_up_rps=demand if up else None)
 
 
 def _settling(history: Sequence[Observation], state: State, settings: PolicySettings, cur_i: int,
@@ -207,7 +222,8 @@ def _settling(history: Sequence[Observation], state: State, settings: PolicySett
         if reason is Reason.OVERLOAD and target_i > cur_i:
             target = settings.ladder[target_i].name
             return Decision(Action.SWITCH, state.active, target, reason,
-                            f"{msg} (in a window overlapping the last switch)", now, sig), held
+                            f"{msg} (in a window overlapping the last switch)", now, sig), replace(
+                                held, efficiency_up_rps=None)
     return _hold(state, Reason.SETTLING, "window overlaps the last switch; ignored", now, sig), held
 
 

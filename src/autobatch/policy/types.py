@@ -139,6 +139,10 @@ class State:
     profile every window would hammer the server)."""
     device: DeviceMemory = DeviceMemory()
     """Device time per request each profile was seen to spend, by arrival rate."""
+    efficiency_up_rps: float | None = None
+    """The arrival rate the last switch was decided at, when it was an efficiency step
+    toward throughput (None after any other): once the load has fallen well below it, a
+    step back toward latency need not wait out the dwell."""
 
     @classmethod
     def initial(cls, active: str) -> State:
