@@ -31,8 +31,11 @@ def test_measure_writes_a_curve_the_planner_reads(triton: Any, tmp_path: Path) -
     measured = load_curve(out)
     target = load_curve(REPOSITORY / EMULATOR_MODEL / "curve.yaml")  # the emulator's default
     for b in (1, 4):
-        # compute_infer is the emulated batch plus the Python backend's own ~0.5 ms.
-        assert target.points[b] <= measured.points[b] <= target.points[b] + 2.0, b
+        # compute_infer is the emulated batch (a sleep: never less) plus the Python
+        # backend's own ~0.5 ms, more when the other tests' servers share the two cores
+        # (fresh-ci on 2026-12-01: 6.8 ms for a 4.69 ms batch). The bound is for a wrong
+        # reading (another duration, a unit off by 1000), not for this machine's speed.
+        assert target.points[b] <= measured.points[b] <= 1.5 * target.points[b] + 2.0, b
     plan = autobatch("plan", "--curve", str(out), "--slo-p99-ms", "100", "--network-ms", "10",
                      "--rate", "100", "--json")
     assert plan.returncode == 0, plan.stderr
