@@ -321,6 +321,10 @@ def test_forecast(name: str, rates: list[float], state_kw: dict[str, Any],
     if reason is Reason.FORECAST:
         assert d.switch and d.to_dict()["kind"] == "survival"
         assert "forecast" in d.message and d.signals["reaction_s"] == pytest.approx(4.0)
+    if settings_kw.get("forecast") is not False:
+        # the log says how many windows read as a step: 30 -> 310 and 310 -> 400 at the default
+        stepped = name == "a step is not a trend"
+        assert d.signals["forecast_shifts"] == (2 if stepped else 0), d.signals
 
 
 def test_steady_poisson_noise_does_not_trip_the_fast_rules() -> None:

@@ -35,8 +35,8 @@ no trend, and its error stays out of the noise estimate. A rise that continues
 builds a trend again from the windows after it; the overload rule, which reads
 one window, answers the step itself. A gradual ramp moves the rate by less
 than the noise per window and is not affected. Only jumps up count: a level
-restarted at a low outlier would read the windows after it as a rise (3 of the
-300 steady runs below tripped that way), and a fall trips nothing.
+restarted at a low outlier would read the windows after it as a rise (3 of 300
+simulated steady runs tripped that way), and a fall trips nothing.
 """
 
 from __future__ import annotations

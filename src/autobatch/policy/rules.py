@@ -108,6 +108,7 @@ def _recommend(
     forecast = _forecast(history, state, s, w)
     sig["forecast_rps"] = None if forecast is None else round(forecast.rps, 1)
     sig["forecast_trend_rps"] = None if forecast is None else round(forecast.trend_rps, 2)
+    sig["forecast_shifts"] = None if forecast is None else forecast.shifts
     sig["reaction_s"] = None if forecast is None else round(
         forecast.horizon_windows * max(w.end_s - w.start_s, EPS), 2)
     costs = _device_costs(w, state, s, cur_i, curve, demand)
