@@ -25,7 +25,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 README = ROOT / "README.md"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 ORDER = ["closed_loop", "reaction", "steady", "faults", "soak", "trace_fidelity", "sessions", "simulator",
-         "sdk", "reload_vs_shift", "footprint", "overhead", "batch_curves", "loadgen"]
+         "sdk", "reload_vs_shift", "footprint", "overhead", "reload_cost", "batch_curves", "loadgen"]
 
 
 def _rel(path: Path) -> str:

@@ -30,6 +30,7 @@ BENCHMARKS = [
     ("sdk", "sdk", []),
     ("footprint", "footprint", []),
     ("overhead", "overhead", []),
+    ("reload_cost", "reload_cost", []),
     ("reload_vs_shift", "reload_vs_shift", ["--grpc-load-api"]),
     ("ladder", "ladder", []),
     ("switching_map", "switching_map", []),
