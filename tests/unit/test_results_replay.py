@@ -57,15 +57,20 @@ def test_the_logs_replay_through_the_shipped_policy(name: str, mode: str) -> Non
     path = RESULTS / "logs" / name
     if not path.is_file():
         pytest.fail(f"{path} is missing (see the test above)")
-    example = CONFIGS[mode]
-    cfg = sidecar_config_from_mapping(dict(load_yaml(example)), str(example), base=example.parent)
+    _assert_replays(path, dict(load_yaml(CONFIGS[mode])), CONFIGS[mode])
+
+
+def _assert_replays(path: Path, data: dict, example: Path) -> None:
+    """Every tick of the log at ``path``, replayed through the config ``data`` (read from
+    ``example``), decides what the run decided."""
+    cfg = sidecar_config_from_mapping(data, str(example), base=example.parent)
     with gzip.open(path, "rt", encoding="utf-8") as f:
         ticks = parse_trace(f, str(path))
     assert len(ticks) >= 60
     steps = replay(ticks, cfg.policy, history_windows=cfg.history_windows)
     differ = [(round(s.tick.now_s - ticks[0].now_s, 1), s.decision.action.value, s.decision.target,
                s.decision.reason.value) for s in steps if not s.agrees]
-    assert not differ, f"{name} no longer replays: {differ[:5]}"
+    assert not differ, f"{path.name} no longer replays: {differ[:5]}"
 
 
 def _reaction_logs() -> list[tuple[str, tuple[str, ...]]]:
@@ -95,12 +100,4 @@ def test_the_reaction_logs_replay_through_the_shipped_policy(name: str, ladder: 
     example = CONFIGS["reload"]
     data = dict(load_yaml(example))
     data["profiles"] = {**data["profiles"], "ladder": list(ladder)}
-    cfg = sidecar_config_from_mapping(data, str(example), base=example.parent)
-    path = REACTION / "logs" / name
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        ticks = parse_trace(f, str(path))
-    assert len(ticks) >= 60
-    steps = replay(ticks, cfg.policy, history_windows=cfg.history_windows)
-    differ = [(round(s.tick.now_s - ticks[0].now_s, 1), s.decision.action.value, s.decision.target,
-               s.decision.reason.value) for s in steps if not s.agrees]
-    assert not differ, f"{name} no longer replays: {differ[:5]}"
+    _assert_replays(REACTION / "logs" / name, data, example)
