@@ -12,7 +12,7 @@ This one isolates the reload: the bench of ``closed_loop.py`` (dense_mlp with
 ``--instances`` instances, HAProxy in front) runs four 10 s phases at ``--rate``
 requests/s, ``--pairs`` times each of three ways, alternated: ``static`` (efficient,
 loaded and warmed up before), ``reload`` (Triton's default, loaded and warmed up,
-reloaded to efficient over gRPC 5 s in, as the sidecar's reload actuator does, with no
+reloaded to efficient 5 s in by the sidecar's own reload actuator, over gRPC, with no
 warm-up) and ``default`` (Triton's default held, what the first phase of ``reload``
 mostly runs). Per phase: device ms per request and the mean batch; then the phases after
 the reload against static ``efficient``'s same phases (the copy), and the reload's phase
@@ -26,19 +26,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import shutil
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 from rich.console import Console
 from rich.table import Table
 
+from autobatch.actuators.triton import TritonReloadActuator
 from autobatch.lab.closed_loop import run_closed_loop
 from autobatch.lab.device import DeviceMeter
 from autobatch.profiles import load_profiles
@@ -53,21 +51,19 @@ PHASES = 4
 
 
 async def _reload(bench: Bench, profile: Any, instances: int) -> float:
-    """Load ``profile`` into the serving model over gRPC, as the reload actuator does."""
-    import tritonclient.grpc as tg
-
+    """Reload the serving model to ``profile`` with the sidecar's own reload actuator (over
+    gRPC, verified as it verifies); the seconds the load took."""
     await asyncio.sleep(RELOAD_AT_S)
-    base = bench.triton.urls.http
-    async with httpx.AsyncClient(timeout=60) as client:
-        live = (await client.get(f"{base}/v2/models/{MODEL}/config")).json()
-    config = with_count(profile, instances).merge_into(live)
-    grpc = tg.InferenceServerClient(bench.triton.urls.grpc)
-    t0 = time.monotonic()
+    target = with_count(profile, instances)
+    actuator = TritonReloadActuator(bench.triton.urls.http, MODEL, [target],
+                                    grpc_url=bench.triton.urls.grpc, load_timeout_s=60.0)
     try:
-        await asyncio.to_thread(grpc.load_model, MODEL, config=json.dumps(config))
+        result = await actuator.apply(target)
     finally:
-        grpc.close()
-    return time.monotonic() - t0
+        await actuator.aclose()
+    if not result.ok:
+        raise RuntimeError(f"the reload to {target.name} failed: {result.message}")
+    return result.load_s if result.load_s is not None else result.duration_s
 
 
 async def one(bench: Bench, way: str, profiles: dict[str, Any], rate: float, instances: int,
