@@ -500,6 +500,7 @@ def rows_for(result: dict[str, Any]) -> list[dict[str, Any]]:
                     key=f"device_{run['schedule']}_{run['instances']}_{mode}",
                     value=dev,
                     unit="x",
+                    value_name="device",
                 )
             )
     return rows

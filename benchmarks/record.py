@@ -55,8 +55,9 @@ def machine() -> dict[str, Any]:
 
 
 def row(what: str, figure: str, *, command: str | None = None, key: str | None = None,
-        value: float | None = None, unit: str = "") -> dict[str, Any]:
-    """One line of the README's results table. ``key``/``value`` let several runs give a range."""
+        value: float | None = None, unit: str = "", value_name: str | None = None) -> dict[str, Any]:
+    """One line of the README's results table. ``key``/``value`` let several runs give a range;
+    ``value_name`` says what the range is of where the figure holds several numbers."""
     out: dict[str, Any] = {"what": what, "figure": figure}
     if command is not None:
         out["command"] = command
@@ -64,6 +65,8 @@ def row(what: str, figure: str, *, command: str | None = None, key: str | None =
         out["key"] = key
         out["value"] = value
         out["unit"] = unit
+        if value_name is not None:
+            out["value_name"] = value_name
     return out
 
 

@@ -107,7 +107,8 @@ def table(results: Path = RESULTS) -> str:
                 if len(values) > 1:
                     low, high, unit = _fmt(min(values)), _fmt(max(values)), r.get("unit", "")
                     spread = f"{low}-{high}{unit}" if low != high else f"{low}{unit} in each"
-                    figure += f" (over {len(values)} runs: {spread})"
+                    of = f"{r['value_name']} " if r.get("value_name") else ""
+                    figure += f" ({of}over {len(values)} runs: {spread})"
             cell = figure.replace("|", "\\|")
             run = f"[{doc['date'][:10]}]({doc['_file']})"
             lines.append(f"| {r['what']} | {cell} | `{r['command']}` | {run} |")

@@ -62,6 +62,15 @@ def test_runs_that_agree_say_so(tmp_path: Path) -> None:
     assert "3000 (over 2 runs: 3000 rps in each)" in report.table(tmp_path)
 
 
+def test_a_range_says_what_it_is_of_where_the_row_names_its_value(tmp_path: Path) -> None:
+    row = {"what": "loop", "figure": "device 0.90x; p95 1.20x", "key": "dev", "value": 0.9,
+           "unit": "x", "value_name": "device"}
+    _save(tmp_path, "closed_loop", "2026-11-30T10:00:00Z", "python benchmarks/closed_loop.py", [row])
+    _save(tmp_path, "closed_loop", "2026-11-30T11:00:00Z", "python benchmarks/closed_loop.py",
+          [{**row, "figure": "device 0.80x; p95 1.30x", "value": 0.8}])
+    assert "device 0.80x; p95 1.30x (device over 2 runs: 0.8-0.9x)" in report.table(tmp_path)
+
+
 def test_each_mode_of_a_benchmark_keeps_its_newest_rows(tmp_path: Path) -> None:
     grpc = {"what": "ceiling over gRPC", "figure": "2000", "key": "grpc", "value": 2000}
     http = {"what": "ceiling over HTTP", "figure": "1750", "key": "http", "value": 1750}
