@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import shutil
 import statistics
 import sys
@@ -48,6 +49,7 @@ from record import row, save_result  # noqa: E402
 
 RELOAD_AT_S = 5.0
 PHASES = 4
+PHASE_S = 10.0
 
 
 async def _reload(bench: Bench, profile: Any, instances: int) -> float:
@@ -71,7 +73,7 @@ async def one(bench: Bench, way: str, profiles: dict[str, Any], rate: float, ins
     start = profiles["efficient"] if way == "static" else profiles["triton-default"]
     await bench.route_to(RELOAD_SERVER)
     await bench.fresh(MODEL, start)
-    schedule = Schedule(tuple(Phase(f"{10 * i}-{10 * (i + 1)} s", rate, 10.0) for i in range(PHASES)))
+    schedule = Schedule(tuple(Phase(f"{10 * i}-{10 * (i + 1)} s", rate, PHASE_S) for i in range(PHASES)))
     meter = DeviceMeter(bench.triton.urls.http, [MODEL])
     task = asyncio.create_task(_reload(bench, profiles["efficient"], instances)) if way == "reload" else None
     try:
@@ -92,18 +94,24 @@ def _mean(runs: list[dict[str, Any]], way: str, phases: range) -> float | None:
 
 
 def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    after = range(1, PHASES)
+    """The copy: the phases that begin after the slowest reload ended, static against reloaded;
+    the swap: the phases before, the reload's against the default held and static's."""
+    took = [r["reload_s"] for r in runs if r["way"] == "reload" and r["reload_s"] is not None]
+    first = min(PHASES, max(1, math.ceil((RELOAD_AT_S + max(took, default=0.0)) / PHASE_S - 1e-9)))
+    after, swap = range(first, PHASES), range(first)
     out = {
+        "after_from_s": first * PHASE_S,
         "static_after_ms": _mean(runs, "static", after),
         "reload_after_ms": _mean(runs, "reload", after),
-        "static_first_ms": _mean(runs, "static", range(1)),
-        "reload_first_ms": _mean(runs, "reload", range(1)),
-        "default_first_ms": _mean(runs, "default", range(1)),
+        "static_first_ms": _mean(runs, "static", swap),
+        "reload_first_ms": _mean(runs, "reload", swap),
+        "default_first_ms": _mean(runs, "default", swap),
         "reload_s": [r["reload_s"] for r in runs if r["way"] == "reload"],
     }
     s, r = out["static_after_ms"], out["reload_after_ms"]
     out["after_ratio"] = None if not s or r is None else r / s
-    per_run = [statistics.fmean(x["device_ms"][i] for i in after) for x in runs if x["way"] == "static"]
+    per_run = [statistics.fmean(x["device_ms"][i] for i in after) for x in runs
+               if x["way"] == "static" and after]
     out["static_spread"] = (max(per_run) - min(per_run)) / statistics.fmean(per_run) if per_run else None
     return out
 
@@ -146,8 +154,10 @@ def report(out: dict[str, Any], console: Console) -> list[dict[str, Any]]:
         console.print("no device time read")
         return []
     line = (f"efficient after a reload under load: {s['after_ratio']:.2f}x static efficient's device time "
-            f"({s['reload_after_ms']:.2f} vs {s['static_after_ms']:.2f} ms, phases 10-40 s; static runs "
-            f"spread {s['static_spread']:.0%}); the reload's own phase {s['reload_first_ms']:.2f} ms "
+            f"({s['reload_after_ms']:.2f} vs {s['static_after_ms']:.2f} ms, phases "
+            f"{s['after_from_s']:g}-{PHASES * PHASE_S:g} s, after the slowest reload of "
+            f"{max(t for t in s['reload_s'] if t is not None):.1f} s ended; static runs spread "
+            f"{s['static_spread']:.0%}); the reload's own phases {s['reload_first_ms']:.2f} ms "
             f"against {s['default_first_ms']:.2f} (default held) and {s['static_first_ms']:.2f} (static)")
     console.print(line)
     return [row(f"reload cost: dense_mlp x {out['instances']} at {out['rate_rps']:g}/s, efficient reached "
