@@ -24,8 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 README = ROOT / "README.md"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
-ORDER = ["closed_loop", "reaction", "steady", "faults", "soak", "trace_fidelity", "sessions", "simulator",
-         "sdk", "reload_vs_shift", "footprint", "overhead", "reload_cost", "batch_curves", "loadgen"]
+ORDER = ["closed_loop", "demo", "reaction", "steady", "faults", "soak", "trace_fidelity", "sessions",
+         "simulator", "sdk", "reload_vs_shift", "footprint", "overhead", "reload_cost", "batch_curves",
+         "loadgen"]
 
 
 def _rel(path: Path) -> str:

@@ -38,6 +38,7 @@ BENCHMARKS = [
     # newest run of each command line, so these are the lines to re-run).
     *[(f"closed_loop-{s}-{n}", "closed_loop", ["--schedule", s, "--instances", str(n)])
       for n in (1, 2) for s in ("step", "bursty", "ramp", "rise-fall")],
+    ("demo", "demo", []),
     ("faults", "faults", []),
     # soak.py (30 min) is not here: run it on its own (docs/benchmarks.md).
 ]

@@ -1,0 +1,70 @@
+"""The demo, saved: `autobatch demo` as a benchmark, its figures kept for the README and docs.
+
+    .venv/bin/python benchmarks/demo.py [--instances 2]
+
+Runs what `autobatch demo` runs (the embedded Triton with dense_mlp, the step load of
+examples/schedules/demo.yaml three times: with the sidecar of examples/sidecar.yaml,
+with Triton's default held and with the ladder's top rung held), prints the same
+table, switches and verdict lines, and saves the runs and the comparisons as
+benchmarks/results/demo/<time>.json, with the sidecar's decision log beside it
+(logs/<time>-controller.jsonl.gz). One README row per static run: the controller's
+device time per request over that run's, with the share over the SLO and the
+low-phase p95 in the figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from autobatch.cli.views import demo_table, demo_verdict_lines, switches_table
+from autobatch.lab.demo import run_demo
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import row, save_logs, save_result  # noqa: E402
+
+
+def rows_for(comparisons: list[dict[str, Any]], instances: int) -> list[dict[str, Any]]:
+    out = []
+    for c in comparisons:
+        dev, low = c["device_ratio"], c["low_p95_ratio"]
+        out.append(row(
+            f"demo (`autobatch demo`), dense_mlp x {instances}, step 30 -> 200 -> 30/s: the controller "
+            f"against {c['against']} held",
+            f"device time per request {'-' if dev is None else f'{dev:.2f}x'}; requests over the SLO "
+            f"{c['over_slo_points']:+.1f} points (worst phase, {c['worst_phase']}: "
+            f"{c['worst_phase_points']:+.1f}); p95 in the low phases "
+            f"{'-' if low is None else f'{low:.2f}x'}",
+            key=f"demo_device_vs_{c['against']}_x{instances}", value=dev, unit="x", value_name="device"))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--instances", type=int, default=2)
+    ap.add_argument("--no-save", action="store_true")
+    args = ap.parse_args()
+    console = Console(width=140)
+    console.print(f"autobatch demo, dense_mlp x {args.instances}: three runs of the step load (~4 min) ...")
+    with tempfile.TemporaryDirectory(prefix="ab-demo-bench-") as tmp:
+        done = run_demo(workdir=Path(tmp), instances=args.instances)
+        log = done.decision_log.read_bytes() if done.decision_log and done.decision_log.is_file() else None
+    console.print(demo_table(done))
+    console.print(switches_table(done.result))
+    for line in demo_verdict_lines(done):
+        console.print(line)
+    data = {"instances": args.instances, **done.to_dict()}
+    rows = rows_for(data["comparisons"], args.instances)
+    if not args.no_save:
+        path = save_result("demo", data, rows)
+        if log is not None:
+            save_logs(path, {"controller": log})
+
+
+if __name__ == "__main__":
+    main()
