@@ -12,7 +12,8 @@ shipped controller: run that part again and move the old file and its logs to
 
 The reaction runs (``benchmarks/reaction.py``, ``results/reaction/*.json``, logs
 ``logs/<file>-steps.jsonl.gz`` and ``-ramp``) are held to the same rule, through
-``examples/sidecar.yaml`` on the ladder the run recorded (``data.ladder``).
+``examples/sidecar.yaml`` on the ladder the run recorded (``data.ladder``); the
+saved demo runs (``benchmarks/demo.py``, ``results/demo/``) through ``examples/sidecar.yaml``.
 """
 
 from __future__ import annotations
@@ -101,3 +102,15 @@ def test_the_reaction_logs_replay_through_the_shipped_policy(name: str, ladder: 
     data = dict(load_yaml(example))
     data["profiles"] = {**data["profiles"], "ladder": list(ladder)}
     _assert_replays(REACTION / "logs" / name, data, example)
+
+
+DEMO = ROOT / "benchmarks" / "results" / "demo"
+DEMO_LOGS = sorted(f"{p.stem}-controller.jsonl.gz" for p in DEMO.glob("*.json"))
+
+
+@pytest.mark.parametrize("name", DEMO_LOGS)
+def test_the_demo_logs_replay_through_the_shipped_policy(name: str) -> None:
+    """The saved demo runs (``benchmarks/demo.py``) ran ``examples/sidecar.yaml`` as it is."""
+    path = DEMO / "logs" / name
+    assert path.is_file(), f"{path} is missing: benchmarks/demo.py saves it beside its result"
+    _assert_replays(path, dict(load_yaml(CONFIGS["reload"])), CONFIGS["reload"])
