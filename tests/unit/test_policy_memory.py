@@ -210,3 +210,28 @@ def test_a_wait_that_buys_device_time_is_not_self_inflicted(name: str, memory: D
         assert "the wait pays" in d.signals["wait"]
     if "never seen" in name:
         assert d.signals["device_ms_source"]["triton-default"] == "assumed"
+
+
+@pytest.mark.parametrize(
+    ("name", "queue_ms", "max_busy", "switch"),
+    [
+        ("a reload's limit, the queue the batcher's wait: step back", 4.8, 0.7, True),
+        ("a reload's limit, the queue a backlog: hold, a reload now takes the busy instances", 40.0,
+         0.7, False),
+        ("no limit (the gateway's warm variants), the queue a backlog: step back", 40.0, 1.0, True),
+        ("a reload's limit above the busy share, the queue a backlog: step back", 40.0, 0.95, True),
+    ],
+)
+def test_no_gain_does_not_reload_into_a_backlog(name: str, queue_ms: float, max_busy: float,
+                                                switch: bool) -> None:
+    """`no_gain` on efficient, two instances 90% busy: with efficiency_max_busy under the busy
+    share and requests queuing far beyond the 5 ms max delay, the step back is held."""
+    w = win(200.0, device=5.6, mean_batch_size=2.4, mean_queue_ms=queue_ms, mean_request_ms=20.0,
+            busy_instances=1.8)
+    memory = DeviceMemory().remember("triton-default", 200.0, 5.7, 7.0)
+    d, _ = step(w, "efficient", memory, efficiency_max_busy=max_busy)
+    if switch:
+        assert (d.switch, d.target, d.reason) == (True, "triton-default", Reason.NO_GAIN), d.message
+    else:
+        assert (d.switch, d.reason, d.signals["because"]) == (False, Reason.SATURATED, "no_gain"), d.message
+        assert "is a backlog" in d.message and "90% busy (> 70%)" in d.message

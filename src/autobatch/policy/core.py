@@ -65,7 +65,7 @@ from typing import Any
 
 from autobatch.curve import BatchCurve
 from autobatch.policy.capacity import device_ms_estimate
-from autobatch.policy.rules import EPS, _demand, _recommend
+from autobatch.policy.rules import EPS, _demand, _recommend, queue_is_backlog
 from autobatch.policy.settings import PolicySettings
 from autobatch.policy.types import Action, Decision, Observation, Reason, State
 from autobatch.profiles import Profile
@@ -201,6 +201,24 @@ def decide(
                 f"{settings.stabilization_s:g} s (at {at:.0f}/s) vetoes it",
                 now, {**sig, "wants": target, "because": reason.value},
             ), state
+
+    # 7. No optional step toward latency that costs a reload on saturated instances: with
+    # the instances over efficiency_max_busy and the queue a backlog (far beyond the max
+    # delay), the step shortens no wait, and the new copy loads on the hardware that
+    # serves the backlog (a 5.7 s reload there sent 85% of a phase over the SLO). Below
+    # that, `no_gain` steps back as before; the gateway's example sets no limit.
+    busy = getattr(w, "busy_share", None)
+    if (
+        target_i < cur_i and reason.kind == "efficiency" and busy is not None
+        and busy > settings.efficiency_max_busy + EPS and queue_is_backlog(w, settings, current)
+    ):
+        return _hold(
+            state, Reason.SATURATED,
+            f"{msg}; but the queue ({w.mean_queue_ms:.1f} ms) is a backlog and the instances are "
+            f"{busy:.0%} busy (> {settings.efficiency_max_busy:.0%}): a reload now takes them for "
+            "seconds and shortens no wait",
+            now, {**sig, "wants": target, "because": reason.value},
+        ), state
 
     d = Decision(Action.SWITCH, state.active, target, reason, msg, now, sig)
     up = reason is Reason.EFFICIENCY and target_i > cur_i

@@ -141,7 +141,7 @@ def _recommend(
     # overload_windows windows. One window of it is noise at a moderate load on a
     # profile without a delay (one request waits out another's run, the gauge ticks up);
     # as a survival move acts at once, it must not act on that.
-    far = q is not None and q > max(s.saturation_delay_ratio * delay_ms, s.saturation_min_queue_ms)
+    far = queue_is_backlog(w, s, cur)
     if far and _backlog_persists(history, state, s, max(cur.effective_preferred)):
         what = f"saturated (queue {q:.1f} ms vs max delay {delay_ms:g} ms, backlog growing)"
         if c is None:
@@ -231,6 +231,15 @@ def _recommend(
     if down is not None:
         return down
     return cur_i, Reason.STEADY, sig.pop("efficiency", None) or "inside the band"
+
+
+def queue_is_backlog(w: Observation, s: PolicySettings, profile: Profile) -> bool:
+    """Whether the window's requests queue far beyond ``profile``'s max delay
+    (``saturation_delay_ratio`` x the delay, at least ``saturation_min_queue_ms``): a
+    backlog, not the batcher's wait."""
+    q = w.mean_queue_ms
+    delay_ms = profile.max_queue_delay_us / 1000.0
+    return q is not None and q > max(s.saturation_delay_ratio * delay_ms, s.saturation_min_queue_ms)
 
 
 def _backlog_persists(
