@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 import platform
 import shlex
@@ -51,7 +52,23 @@ def machine() -> dict[str, Any]:
         "system": f"{platform.system()} {platform.release()}",
         # 1/5/15-minute load average when the run ended: how busy the shared cores were.
         "load_average": load,
+        # How fast this VM ran plain Python when the run ended: its speed moves by 1.4-2.1x
+        # from one day to the next (2026-12-01), which moves every absolute figure.
+        "speed_probe_ms": speed_probe_ms(),
     }
+
+
+def speed_probe_ms(repeats: int = 5) -> float:
+    """The best of ``repeats`` timings of a fixed pure-Python loop, in ms: a speed reading
+    saved with each result, so runs made on a slower day can be told apart (13-16 ms on
+    2026-12-01, when `benchmarks/simulator.py` ran 1.3-2.1x slower than on 2026-11-30;
+    results before then have none)."""
+    best = math.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        sum(i * i for i in range(200_000))
+        best = min(best, time.perf_counter() - t0)
+    return round(best * 1000.0, 2)
 
 
 def row(what: str, figure: str, *, command: str | None = None, key: str | None = None,
