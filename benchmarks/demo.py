@@ -29,19 +29,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from record import row, save_logs, save_result  # noqa: E402
 
 
-def rows_for(comparisons: list[dict[str, Any]], instances: int) -> list[dict[str, Any]]:
-    out = []
-    for c in comparisons:
-        dev, low = c["device_ratio"], c["low_p95_ratio"]
-        out.append(row(
-            f"demo (`autobatch demo`), dense_mlp x {instances}, step 30 -> 200 -> 30/s: the controller "
-            f"against {c['against']} held",
-            f"device time per request {'-' if dev is None else f'{dev:.2f}x'}; requests over the SLO "
-            f"{c['over_slo_points']:+.1f} points (worst phase, {c['worst_phase']}: "
-            f"{c['worst_phase_points']:+.1f}); p95 in the low phases "
-            f"{'-' if low is None else f'{low:.2f}x'}",
-            key=f"demo_device_vs_{c['against']}_x{instances}", value=dev, unit="x", value_name="device"))
-    return out
+def rows_for(done: Any, instances: int) -> list[dict[str, Any]]:
+    """One row per static run, its figure the demo's own verdict line against that run."""
+    return [
+        row(f"demo (`autobatch demo`), dense_mlp x {instances}, step 30 -> 200 -> 30/s: the controller "
+            f"against {c.against} held", line,
+            key=f"demo_device_vs_{c.against}_x{instances}", value=c.device_ratio, unit="x",
+            value_name="device")
+        for c, line in zip(done.comparisons, demo_verdict_lines(done), strict=True)
+    ]
 
 
 def main() -> None:
@@ -59,7 +55,7 @@ def main() -> None:
     for line in demo_verdict_lines(done):
         console.print(line)
     data = {"instances": args.instances, **done.to_dict()}
-    rows = rows_for(data["comparisons"], args.instances)
+    rows = rows_for(done, args.instances)
     if not args.no_save:
         path = save_result("demo", data, rows)
         if log is not None:

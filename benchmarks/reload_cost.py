@@ -73,7 +73,8 @@ async def one(bench: Bench, way: str, profiles: dict[str, Any], rate: float, ins
     start = profiles["efficient"] if way == "static" else profiles["triton-default"]
     await bench.route_to(RELOAD_SERVER)
     await bench.fresh(MODEL, start)
-    schedule = Schedule(tuple(Phase(f"{10 * i}-{10 * (i + 1)} s", rate, PHASE_S) for i in range(PHASES)))
+    schedule = Schedule(tuple(Phase(f"{PHASE_S * i:g}-{PHASE_S * (i + 1):g} s", rate, PHASE_S)
+                              for i in range(PHASES)))
     meter = DeviceMeter(bench.triton.urls.http, [MODEL])
     task = asyncio.create_task(_reload(bench, profiles["efficient"], instances)) if way == "reload" else None
     try:
@@ -128,7 +129,7 @@ async def main_async(args: argparse.Namespace, console: Console) -> dict[str, An
             k = 0
             for _ in range(args.pairs):
                 for way in ("static", "reload", "default"):
-                    console.print(f"  {way}: {10 * PHASES} s at {args.rate:g}/s ...", style="dim")
+                    console.print(f"  {way}: {PHASE_S * PHASES:g} s at {args.rate:g}/s ...", style="dim")
                     runs.append(await one(bench, way, profiles, args.rate, args.instances, args.seed + k))
                     k += 1
     finally:
@@ -142,7 +143,7 @@ def report(out: dict[str, Any], console: Console) -> list[dict[str, Any]]:
                     f"(mean batch) per 10 s phase; the reload {out['reload_at_s']:g} s in")
     t.add_column("way")
     for i in range(PHASES):
-        t.add_column(f"{10 * i}-{10 * (i + 1)} s")
+        t.add_column(f"{PHASE_S * i:g}-{PHASE_S * (i + 1):g} s")
     t.add_column("reload s")
     for r in out["runs"]:
         cells = [f"{d:.2f} ({b:.1f})" if d is not None and b is not None else "-"
