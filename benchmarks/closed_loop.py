@@ -302,6 +302,46 @@ def low_phases(schedule: Schedule) -> list[int]:
     return [i for i, p in enumerate(schedule.phases) if 0 < p.rate_rps <= LOW_SHARE * peak]
 
 
+def per_phase_bound(
+    phases: dict[str, list[dict[str, Any]]], low: list[int], points: float
+) -> dict[str, Any] | None:
+    """The least device time a switcher among the static runs could have spent, and meet the targets.
+
+    ``phases`` maps each static mode (``triton-default`` among them) to its saved phase
+    summaries. In each phase it takes, of the static profiles within ``points`` (a share)
+    of that phase's best share over the SLO, and in a low phase (``low``) also with p95
+    within :data:`LOW_P95_TARGET` of the default's, the one that spent the least device
+    time per request there. Switches are free and instant and no backlog carries over, so
+    no controller that meets the per-phase and low-phase targets with these profiles does
+    better: a device target under this bound is out of reach on that run. None without
+    the default's run or device times.
+    """
+    default = phases.get("triton-default")
+    if default is None:
+        return None
+    chosen: list[str | None] = []
+    spent = base = 0.0
+    for i, d in enumerate(default):
+        if not d["requests"]:
+            chosen.append(None)
+            continue
+        best = min(ph[i]["over_slo_share"] for ph in phases.values())
+        fits = {
+            m: ph[i] for m, ph in phases.items()
+            if ph[i]["device_ms"] is not None and ph[i]["over_slo_share"] <= best + points + 1e-9
+            and (i not in low or (ph[i]["p95_ms"] or 0) <= LOW_P95_TARGET * (d["p95_ms"] or 0) + 1e-9)
+        }
+        if d["device_ms"] is None or not fits:
+            return None
+        m = min(fits, key=lambda k: fits[k]["device_ms"])
+        chosen.append(m)
+        spent += d["requests"] * fits[m]["device_ms"]
+        base += d["requests"] * d["device_ms"]
+    if base <= 0:
+        return None
+    return {"device_vs_default": round(spent / base, 4), "profiles": chosen}
+
+
 def compare(
     schedule: Schedule, results: dict[str, ClosedLoopResult], statics: list[str], instances: int
 ) -> dict[str, Any]:
@@ -344,6 +384,10 @@ def compare(
             if mine is not None and theirs:
                 lows.append((mine / theirs, schedule.phases[i].name, mine, theirs))
         low = max(lows) if lows else None
+        bound = per_phase_bound(
+            {s: [p.to_dict() for p in results[s].phases] for s in statics},
+            low_phases(schedule), TARGETS[mode],
+        )
         out["controllers"][mode] = {
             "excess_points": [round(100 * e, 3) for e in excess],
             "worst_phase": schedule.phases[worst].name,
@@ -355,12 +399,19 @@ def compare(
             "device_vs_default": dev_default,
             "device_vs_best_static": dev_best,
             "device_target_met": None if dev_default is None else dev_default <= DEVICE_TARGET,
+            "device_bound": bound,
             "low_p95_vs_default": None if low is None else round(low[0], 4),
             "low_p95_phase": None if low is None else low[1],
             "low_p95_target_met": None if low is None else low[0] <= LOW_P95_TARGET,
             "instances": instances,
         }
     return out
+
+
+def bound_note(c: dict[str, Any]) -> str:
+    """``; per-phase bound 0.82x``: the least device time the static runs allow (per_phase_bound)."""
+    b = c.get("device_bound")
+    return "" if not b else f"; per-phase bound {b['device_vs_default']:.2f}x"
 
 
 def verdict_line(schedule_name: str, instances: int, mode: str, c: dict[str, Any], best: str) -> str:
@@ -375,7 +426,8 @@ def verdict_line(schedule_name: str, instances: int, mode: str, c: dict[str, Any
         f"{c['worst_phase']} {c['worst_excess_points']:+.1f} points over that phase's best static "
         f"(target {c['target_points']:g}: "
         f"{ok[c['slo_target_met']]}); device {x(c['device_vs_default'])} Triton's default (target "
-        f"{DEVICE_TARGET:g}x: {ok[c['device_target_met']]}); low-phase p95 {x(c['low_p95_vs_default'])} the "
+        f"{DEVICE_TARGET:g}x: {ok[c['device_target_met']]}{bound_note(c)}); low-phase p95 "
+        f"{x(c['low_p95_vs_default'])} the "
         f"default's (target {LOW_P95_TARGET:g}x: {ok[c['low_p95_target_met']]})"
     )
 
@@ -495,7 +547,8 @@ def rows_for(result: dict[str, Any]) -> list[dict[str, Any]]:
                     f"closed loop, {run['schedule']}, dense_mlp x {run['instances']}: controller by {mode}",
                     f"worst phase {c['worst_excess_points']:+.1f} points over the best static "
                     f"(target {c['target_points']:g}); device "
-                    f"{'-' if dev is None else f'{dev:.2f}x'} Triton's default (target {DEVICE_TARGET:g}x); "
+                    f"{'-' if dev is None else f'{dev:.2f}x'} Triton's default (target {DEVICE_TARGET:g}x"
+                    f"{bound_note(c)}); "
                     f"low-phase p95 {'-' if low is None else f'{low:.2f}x'} the default's",
                     key=f"device_{run['schedule']}_{run['instances']}_{mode}",
                     value=dev,

@@ -1,0 +1,90 @@
+"""The per-phase bound of benchmarks/closed_loop.py: the least device time the static runs allow.
+
+A table of small runs, then every current result file: its saved bound is what the
+function gives from the same file's phases, so the README's "per-phase bound" is
+the function's.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results" / "closed_loop"
+
+
+def _bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("closed_loop_bench", ROOT / "benchmarks" / "closed_loop.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+cl = _bench()
+
+
+def ph(requests: int, over: float, p95: float, dev: float | None) -> dict[str, Any]:
+    return {"requests": requests, "over_slo_share": over, "p95_ms": p95, "device_ms": dev}
+
+
+LOW, HIGH, IDLE = (100, 0.0, 10.0, 8.0), (1000, 0.0, 30.0, 4.0), (0, 0.0, 0.0, None)
+
+
+@pytest.mark.parametrize(
+    ("name", "efficient", "points", "low", "want_ratio", "want"),
+    [
+        # efficient's low-phase p95 is 1.2x the default's: the default there, efficient when busy
+        ("low p95 too slow", [(100, 0.0, 12.0, 7.5), (1000, 0.005, 40.0, 3.0), (100, 0.0, 12.0, 7.5)],
+         0.01, [0, 2], (800 + 3000 + 800) / 5600, ["triton-default", "efficient", "triton-default"]),
+        # within 1.1x it is eligible in the low phases too, and cheaper
+        ("low p95 close", [(100, 0.0, 10.5, 7.0), (1000, 0.005, 40.0, 3.0), (100, 0.0, 10.5, 7.0)],
+         0.01, [0, 2], (700 + 3000 + 700) / 5600, ["efficient", "efficient", "efficient"]),
+        # 3 points over the phase's best: out at 1 point, in at 3
+        ("over by 3 points, gateway", [(100, 0.0, 12.0, 7.5), (1000, 0.03, 40.0, 3.0), (100, 0.0, 12.0, 7.5)],
+         0.01, [0, 2], 1.0, ["triton-default", "triton-default", "triton-default"]),
+        ("over by 3 points, reload", [(100, 0.0, 12.0, 7.5), (1000, 0.03, 40.0, 3.0), (100, 0.0, 12.0, 7.5)],
+         0.03, [0, 2], (800 + 3000 + 800) / 5600, ["triton-default", "efficient", "triton-default"]),
+    ],
+)
+def test_bound_picks_the_cheapest_profile_that_meets_the_phase_targets(
+    name: str, efficient: list[tuple[int, float, float, float]], points: float, low: list[int],
+    want_ratio: float, want: list[str],
+) -> None:
+    phases = {"triton-default": [ph(*LOW), ph(*HIGH), ph(*LOW)], "efficient": [ph(*p) for p in efficient]}
+    got = cl.per_phase_bound(phases, low, points)
+    assert got is not None, name
+    assert got["profiles"] == want, name
+    assert got["device_vs_default"] == pytest.approx(want_ratio, abs=1e-4), name
+
+
+def test_bound_skips_idle_phases_and_needs_the_default() -> None:
+    phases = {"triton-default": [ph(*LOW), ph(*IDLE), ph(*HIGH)],
+              "efficient": [ph(100, 0.0, 20.0, 6.0), ph(*IDLE), ph(1000, 0.0, 40.0, 2.0)]}
+    got = cl.per_phase_bound(phases, [0], 0.01)
+    assert got is not None
+    assert got["profiles"] == ["triton-default", None, "efficient"]
+    assert got["device_vs_default"] == pytest.approx((800 + 2000) / 4800, abs=1e-4)
+    assert cl.per_phase_bound({"efficient": phases["efficient"]}, [0], 0.01) is None
+
+
+def current_files() -> list[Path]:
+    return sorted(RESULTS.glob("*.json"))
+
+
+@pytest.mark.parametrize("path", current_files(), ids=lambda p: p.stem)
+def test_saved_bound_is_the_functions(path: Path) -> None:
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    for run in doc["data"]["runs"]:
+        modes = run["modes"]
+        statics = {m: r["phases"] for m, r in modes.items() if m not in ("reload", "gateway")}
+        peak = max(p["rate_rps"] for p in run["phases"])
+        low = [i for i, p in enumerate(run["phases"]) if 0 < p["rate_rps"] <= cl.LOW_SHARE * peak]
+        for mode, c in run["comparison"]["controllers"].items():
+            assert c["device_bound"] == cl.per_phase_bound(statics, low, cl.TARGETS[mode]), (path.name, mode)
