@@ -105,6 +105,11 @@ DELETE = object()
          "triton.grpc_url = 'http://127.0.0.1:8001': must be HOST:PORT"),
         ("profiles.ladder", ["latency-soft"], "profiles.ladder = ['latency-soft']: must list two or more"),
         ("profiles.ladder", ["latency-soft", "turbo"], "profiles.ladder[1] = 'turbo': no such profile"),
+        ("profiles.ladder", [["triton-default"], "efficient"],
+         "profiles.ladder[0] = ['triton-default']: must be a profile name (a string)"),
+        ("profiles.ladder", ["triton-default", {"efficient": 1}],
+         "profiles.ladder[1] = {'efficient': 1}: must be a profile name (a string)"),
+        ("profiles.ladder", ["triton-default", None], "profiles.ladder[1] = None: must be a profile name"),
         ("profiles.ladder", ["latency-soft", "latency-soft"],
          "profiles.ladder[1] = 'latency-soft': is listed twice"),
         ("profiles.initial", "turbo", "profiles.initial = 'turbo': must be one of the ladder"),
@@ -158,6 +163,29 @@ def test_autobatch_run_rejects_a_bad_config_before_starting_anything(tmp_path: P
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2
     assert res.stderr == f"autobatch: error: {bad}: slo.p95_ms = -5.0: must be > 0\n"
+
+
+@pytest.mark.parametrize("command", ["run", "replay"])
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        ("profiles.ladder", [["triton-default"], "efficient"],
+         "profiles.ladder[0] = ['triton-default']: must be a profile name (a string)"),
+    ],
+)
+def test_the_cli_rejects_a_bad_config_in_one_line(tmp_path: Path, command, path, value, message):
+    bad = tmp_path / "sidecar.yaml"
+    data = edit(path, value)
+    data["server"]["listen"] = "127.0.0.1:0"
+    data["actuator"] = {"kind": "dry-run"}
+    bad.write_text(yaml.safe_dump(data))
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text('{"decision": {"at_s": 1}, "window": null}\n')
+    args = ["--dry-run"] if command == "run" else ["--trace", str(trace)]
+    res = subprocess.run([sys.executable, "-m", "autobatch", command, "--config", str(bad), *args],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr == f"autobatch: error: {bad}: {message}\n"
 
 
 def test_instances_per_replica_reaches_the_prometheus_source(tmp_path):

@@ -162,6 +162,8 @@ def _parse_profiles(sec: Section, base: Path, model: str) -> _Ladder:
         raise sec.fail("ladder", names, "must list two or more profile names, most latency-oriented first")
     ladder: list[Profile] = []
     for i, name in enumerate(names):
+        if not isinstance(name, str) or not name:
+            raise sec.fail(f"ladder[{i}]", name, "must be a profile name (a string)")
         if name not in available:
             raise sec.fail(
                 f"ladder[{i}]", name, f"no such profile in {pdir} (found: {', '.join(sorted(available))})"
