@@ -91,11 +91,32 @@ def test_watch_lines_replay_like_the_policy(tmp_path):
         (["", "[1, 2]"], "line 2: expected a JSON object"),
         (['{"model": "m"}'], "line 1: not a window or a decision-log line"),
         ([""], "the trace holds no lines"),
+        (['{"decision": {}}'], "line 1: not a window or a decision-log line (no decision.at_s or ts)"),
+        # a field of the wrong type or a number that is not finite: its name and value
+        (['{"decision": 5, "ts": 1}'], "line 1: decision = 5: must be a JSON object or null"),
+        (['{"decision": [1], "ts": 1}'], "line 1: decision = [1]: must be a JSON object or null"),
+        (['{"decision": {"at_s": 1}, "window": [1]}'], "line 1: window = [1]: must be a JSON object or null"),
+        (['{"decision": {"at_s": NaN}, "window": null}'],
+         "line 1: decision.at_s = nan: must be a finite number"),
+        (['{"decision": null, "ts": Infinity}'], "line 1: ts = inf: must be a finite number"),
+        (['{"decision": {"at_s": "1"}}'], "line 1: decision.at_s = '1': must be a finite number"),
+        (['{"decision": {"at_s": 1, "target": 3}}'], "line 1: decision.target = 3: must be a string or null"),
+        (['{"decision": {"at_s": 1}, "pin": ["a"]}'], "line 1: pin = ['a']: must be a string or null"),
+        (['{"decision": {"at_s": 1}, "actuation": {"ok": true, "duration_s": "x"}}'],
+         "line 1: actuation.duration_s = 'x': must be a finite number"),
+        (['{"decision": {"at_s": 1}, "state_after": {"last_switch_s": NaN}}'],
+         "line 1: state_after.last_switch_s = nan: must be a finite number"),
+        (['{"decision": {"at_s": 1}, "window": {"model": "m", "start_s": 0, "end_s": "1"}}'],
+         "line 1: window.end_s = '1': must be a finite number"),
+        (['{"model": "m", "start_s": 0, "end_s": 1, "p95_ms": NaN}'],
+         "line 1: p95_ms = nan: must be a finite number or null"),
     ],
 )
 def test_bad_traces_name_the_line(lines, message):
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigError) as info:
         parse_trace(lines, "t.jsonl")
+    assert str(info.value).startswith(f"t.jsonl: {message}"), str(info.value)
+    assert "\n" not in str(info.value)
 
 
 async def test_cli_replays_a_log_and_rejects_a_bad_trace(tmp_path):
@@ -130,3 +151,28 @@ async def test_cli_replays_a_log_and_rejects_a_bad_trace(tmp_path):
     res = subprocess.run(run + ["--trace", str(torn)], capture_output=True, text=True)
     assert res.returncode == 2
     assert res.stderr.strip().count("\n") == 0 and "not a readable gzip file" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('{"decision": 5, "ts": 1}', "line 2: decision = 5: must be a JSON object or null"),
+        ('{"decision": [1], "ts": 1}', "line 2: decision = [1]: must be a JSON object or null"),
+        ('{"decision": {"at_s": 1}, "window": [1]}', "line 2: window = [1]: must be a JSON object or null"),
+        ('{"decision": {"at_s": NaN}, "window": null}',
+         "line 2: decision.at_s = nan: must be a finite number"),
+    ],
+)
+def test_cli_rejects_a_field_of_the_wrong_type_in_one_line(tmp_path, line, message):
+    config_file = tmp_path / "sidecar.yaml"
+    config_file.write_text(json.dumps({
+        "model": "dense_mlp",
+        "profiles": {"dir": str(PROFILES / "dense_mlp"), "ladder": ["latency-soft", "balanced"]},
+        "slo": {"p95_ms": 50},
+    }))
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"decision": {"at_s": 1}, "window": null}\n' + line + "\n")
+    res = subprocess.run([sys.executable, "-m", "autobatch", "replay", "--config", str(config_file),
+                          "--trace", str(trace)], capture_output=True, text=True)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr == f"autobatch: error: {trace}: {message}\n"

@@ -250,6 +250,42 @@ def test_real_window_round_trip_and_fields() -> None:
     assert Window.from_dict(d).stale_detail is None
 
 
+MINIMAL = {"model": "m", "start_s": 0.0, "end_s": 2.0}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"end_s": float("nan")}, "window.end_s = nan: must be a finite number"),
+        ({"start_s": None}, "window.start_s = None: must be a finite number"),
+        ({"success_rps": "5"}, "window.success_rps = '5': must be a finite number"),
+        ({"p95_ms": float("inf")}, "window.p95_ms = inf: must be a finite number or null"),
+        ({"mean_batch_size": True}, "window.mean_batch_size = True: must be a finite number or null"),
+        ({"instance_count": 1.5}, "window.instance_count = 1.5: must be an integer or null"),
+        ({"failure_rps": [1]}, "window.failure_rps = [1]: must be a JSON object of reason: number"),
+        ({"failure_rps": {"OTHER": "x"}}, "window.failure_rps['OTHER'] = 'x': must be a finite number"),
+        ({"batch_curve_ms": {"0": 1.0}}, "window.batch_curve_ms = {'0': 1.0}: keys must be batch sizes"),
+        ({"batch_curve_ms": {"4": float("nan")}}, "window.batch_curve_ms['4'] = nan: must be a finite"),
+        ({"stale": "no"}, "window.stale = 'no': must be true or false"),
+        ({"model": 5}, "window.model = 5: must be a string"),
+        ({"stale_reason": 5}, "window.stale_reason = 5: must be a string or null"),
+    ],
+)
+def test_from_dict_names_a_bad_field(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        Window.from_dict({**MINIMAL, **change}, "window")
+    assert str(info.value).startswith(message), str(info.value)
+
+
+def test_from_dict_reads_nulls_and_integers() -> None:
+    w = Window.from_dict({**MINIMAL, "failure_rps": None, "batch_curve_ms": None, "p95_ms": None,
+                          "success_rps": 3, "instance_count": 2.0})
+    assert w.failure_rps == {} and w.batch_curve_ms == {} and w.p95_ms is None
+    assert w.success_rps == 3.0 and w.instance_count == 2
+    with pytest.raises(ValueError, match="^window = \\[1\\]: must be a JSON object"):
+        Window.from_dict([1], "window")  # type: ignore[arg-type]
+
+
 # -- PromQL --------------------------------------------------------------------------------
 
 

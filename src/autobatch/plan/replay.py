@@ -19,6 +19,7 @@ Pure: lines in, steps out. Reading the file is the caller's job.
 from __future__ import annotations
 
 import json
+import math
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -82,30 +83,77 @@ def parse_trace(lines: Iterable[str], source: str = "trace") -> list[TraceTick]:
             raise ConfigError(f"{source}: line {n}: expected a JSON object", source=source)
         try:
             if "decision" in row:  # a decision log line
-                decision = row["decision"] or {}
-                w = row.get("window")
-                ticks.append(
-                    TraceTick(
-                        now_s=float(decision.get("at_s", row.get("ts"))),
-                        window=Window.from_dict(w) if w else None,
-                        recorded=decision,
-                        actuation=row.get("actuation"),
-                        pin=row.get("pin"),
-                        reconcile=row.get("reconcile"),
-                        active=row.get("active"),
-                        state_after=row.get("state_after"),
-                    )
-                )
+                ticks.append(_decision_tick(row))
             else:  # a watch --json line
                 w = Window.from_dict(row)
                 ticks.append(TraceTick(now_s=w.end_s, window=w))
-        except (KeyError, TypeError, ValueError) as exc:
+        except KeyError as exc:
             raise ConfigError(
-                f"{source}: line {n}: not a window or a decision-log line ({exc})", source=source
+                f"{source}: line {n}: not a window or a decision-log line (no {exc.args[0]})", source=source
             ) from exc
+        except ValueError as exc:  # FIELD = VALUE: what is allowed
+            raise ConfigError(f"{source}: line {n}: {exc}", source=source) from exc
     if not ticks:
         raise ConfigError(f"{source}: the trace holds no lines", source=source)
     return ticks
+
+
+def _decision_tick(row: Mapping[str, Any]) -> TraceTick:
+    """One decision-log line; a field of the wrong type is a ``ValueError`` naming it."""
+    decision = _object(row, "decision") or {}
+    w = _object(row, "window")
+    actuation = _object(row, "actuation")
+    reconcile = _object(row, "reconcile")
+    state_after = _object(row, "state_after")
+    for part, name, keys in (
+        (row, "", ("pin", "active")),
+        (decision, "decision.", ("action", "current", "target", "reason")),
+        (actuation or {}, "actuation.", ("active",)),
+        (reconcile or {}, "reconcile.", ("profile",)),
+    ):
+        for key in keys:
+            v = part.get(key)
+            if v is not None and not isinstance(v, str):
+                raise ValueError(f"{name}{key} = {_short(v)}: must be a string or null")
+    for part, name, key in ((actuation or {}, "actuation.", "duration_s"),
+                            (reconcile or {}, "reconcile.", "duration_s"),
+                            (state_after or {}, "state_after.", "last_switch_s")):
+        if part.get(key) is not None:
+            _finite(part[key], f"{name}{key}")
+    if decision.get("at_s") is not None:
+        now_s = _finite(decision["at_s"], "decision.at_s")
+    elif row.get("ts") is None:
+        raise KeyError("decision.at_s or ts")
+    else:
+        now_s = _finite(row["ts"], "ts")
+    return TraceTick(
+        now_s=now_s,
+        window=Window.from_dict(w, "window") if w else None,
+        recorded=decision,
+        actuation=actuation,
+        pin=row.get("pin"),
+        reconcile=reconcile,
+        active=row.get("active"),
+        state_after=state_after,
+    )
+
+
+def _object(row: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
+    v = row.get(key)
+    if v is not None and not isinstance(v, dict):
+        raise ValueError(f"{key} = {_short(v)}: must be a JSON object or null")
+    return v
+
+
+def _finite(v: Any, field: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ValueError(f"{field} = {_short(v)}: must be a finite number")
+    return float(v)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def replay(

@@ -35,6 +35,7 @@ for a metric label) and ``stale_detail`` a sentence for the log.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
@@ -196,14 +197,79 @@ class Window:
         return d
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Window:
-        """Inverse of :meth:`to_dict` (derived fields are ignored); used by replay."""
-        names = {f for f in cls.__dataclass_fields__}
-        kwargs = {k: v for k, v in data.items() if k in names}
-        if "batch_curve_ms" in kwargs and kwargs["batch_curve_ms"] is not None:
-            kwargs["batch_curve_ms"] = {int(k): float(v) for k, v in kwargs["batch_curve_ms"].items()}
-        if kwargs.get("failure_rps") is None:
-            kwargs["failure_rps"] = {}
-        if kwargs.get("batch_curve_ms") is None:
-            kwargs["batch_curve_ms"] = {}
+    def from_dict(cls, data: Mapping[str, Any], path: str = "") -> Window:
+        """Inverse of :meth:`to_dict` (derived fields are ignored); used by replay.
+
+        A trace is input: a field of the wrong type, or a number that is NaN or
+        infinite, is a ``ValueError`` saying ``FIELD = VALUE: what is allowed``, the
+        field prefixed with ``path`` (``window.p95_ms``); a missing field a ``KeyError``.
+        """
+        prefix = f"{path}." if path else ""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"{path or 'window'} = {_short(data)}: must be a JSON object of window fields")
+        missing = [k for k in ("model", "start_s", "end_s") if k not in data]
+        if missing:
+            raise KeyError(f"{prefix}{missing[0]}")
+        kwargs: dict[str, Any] = {}
+        for name, f in cls.__dataclass_fields__.items():
+            if name not in data:
+                continue
+            kind = str(f.type)
+            v = data[name]
+            if v is None and (kind.endswith("| None") or kind.startswith("Mapping")):
+                if not kind.startswith("Mapping"):
+                    kwargs[name] = None
+                continue
+            if kind.startswith("Mapping"):
+                kwargs[name] = _mapping(v, f"{prefix}{name}", int_keys=kind == "Mapping[int, float]")
+            elif kind.startswith("float"):
+                kwargs[name] = _finite(v, f"{prefix}{name}", kind)
+            elif kind.startswith("int"):
+                if isinstance(v, float) and v.is_integer():
+                    v = int(v)
+                if isinstance(v, bool) or not isinstance(v, int):
+                    raise ValueError(f"{prefix}{name} = {_short(v)}: must be an integer or null")
+                kwargs[name] = v
+            elif kind == "bool":
+                if not isinstance(v, bool):
+                    raise ValueError(f"{prefix}{name} = {_short(v)}: must be true or false")
+                kwargs[name] = v
+            else:  # str, str | None
+                if not isinstance(v, str):
+                    allowed = "a string or null" if kind.endswith("| None") else "a string"
+                    raise ValueError(f"{prefix}{name} = {_short(v)}: must be {allowed}")
+                kwargs[name] = v
         return cls(**kwargs)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _finite(v: Any, field: str, kind: str = "float") -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        allowed = "a finite number or null" if kind.endswith("| None") else "a finite number"
+        raise ValueError(f"{field} = {_short(v)}: must be {allowed}")
+    return float(v)
+
+
+def _mapping(v: Any, field: str, *, int_keys: bool) -> dict[Any, float]:
+    """``failure_rps`` (reason: rate) or ``batch_curve_ms`` (batch size: ms)."""
+    what = "batch size" if int_keys else "reason"
+    if not isinstance(v, Mapping):
+        raise ValueError(f"{field} = {_short(v)}: must be a JSON object of {what}: number")
+    out: dict[Any, float] = {}
+    for k, x in v.items():
+        key: Any = k
+        if int_keys:
+            try:
+                key = int(k)
+            except (TypeError, ValueError):
+                key = None
+            if isinstance(k, bool) or key is None or key < 1:
+                raise ValueError(f"{field} = {_short(v)}: keys must be batch sizes (integers >= 1)")
+        elif not isinstance(k, str):
+            raise ValueError(f"{field} = {_short(v)}: keys must be strings")
+        out[key] = _finite(x, f"{field}[{k!r}]")
+    return out
