@@ -29,7 +29,7 @@ from autobatch.errors import ConfigError
 __all__ = ["MISSING", "URL_RULE", "Section", "http_url", "load_yaml", "parse_yaml", "read_text"]
 
 
-URL_RULE = "must be an http:// or https:// URL, or HOST:PORT (e.g. 127.0.0.1:8000)"
+URL_RULE = "must be an http:// or https:// URL, or HOST:PORT (e.g. 127.0.0.1:8000), with a port in 1-65535"
 
 
 def http_url(value: Any) -> str | None:
@@ -44,8 +44,10 @@ def http_url(value: Any) -> str | None:
         u = "http://" + u
     try:
         parts = urlsplit(u)
-        parts.port  # noqa: B018 - raises on a port that is not a number
+        port = parts.port  # raises on a port that is not a number or over 65535
     except ValueError:
+        return None
+    if port == 0:  # nothing can be reached there
         return None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return None
@@ -179,8 +181,18 @@ class Section:
     def has(self, key: str) -> bool:
         return key in self.data
 
-    def raw(self, key: str, default: Any = MISSING) -> Any:
+    def raw(self, key: str, default: Any = MISSING, *, null_is_default: bool = False) -> Any:
+        """The value of ``key`` as given, or ``default`` when the field is left out.
+
+        An explicit ``null`` counts as left out only where the default is None (an
+        optional field) or ``null_is_default`` says so (an empty section): elsewhere
+        ``interval_s: null`` is a mistake, not a request for the default.
+        """
         self._seen.add(key)
+        if (key in self.data and self.data[key] is None and default is not MISSING
+                and default is not None and not null_is_default):
+            raise self.fail(key, None,
+                            f"needs a value (leave the field out for the default, {_short(default)})")
         if key not in self.data or self.data[key] is None:
             if default is MISSING:
                 unread = [k for k in self.data if k not in self._seen and isinstance(k, str)]
@@ -268,7 +280,8 @@ class Section:
         return tuple(check_int(sub, i, item, min=min, max=max) for i, item in enumerate(v))
 
     def section(self, key: str, default: Any = MISSING) -> Section:
-        v = self.raw(key, {} if default is MISSING else default)
+        # `policy:` with every field commented out is an empty section
+        v = self.raw(key, {} if default is MISSING else default, null_is_default=True)
         if default is MISSING and key not in self.data:
             self.raw(key)  # raises "required"
         return Section(self.source, v, self.field_path(key), error=self.error)

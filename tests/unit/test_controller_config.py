@@ -143,6 +143,32 @@ DELETE = object()
         ("actuator.backend", "be", "actuator.backend = 'be': unknown field for kind triton"),
         ("server.listen", "9400", "server.listen = '9400': must be HOST:PORT"),
         ("server.token_file", "missing.token", "server.token_file = "),
+        ("policy.failure_reasons", ["REJECTD"],
+         "policy.failure_reasons[0] = 'REJECTD': must be a Triton failure reason: "
+         "REJECTED, CANCELED, BACKEND, OTHER, unknown"),
+        ("policy.failure_reasons", ["REJECTED", 5], "policy.failure_reasons[1] = 5: must be a Triton"),
+        ("policy.failure_reasons", "REJECTED",
+         "policy.failure_reasons = 'REJECTED': must be a list of Triton failure reasons (REJECTED,"),
+        # every address's port is 1-65535
+        ("triton.grpc_url", "127.0.0.1:99999",
+         "triton.grpc_url = '127.0.0.1:99999': must be HOST:PORT with a port in 1-65535"),
+        ("triton.grpc_url", "127.0.0.1:0", "triton.grpc_url = '127.0.0.1:0': must be HOST:PORT with a port"),
+        ("triton.http_url", "http://127.0.0.1:0", "triton.http_url = 'http://127.0.0.1:0': must be an http"),
+        ("triton.metrics_url", "127.0.0.1:70000/metrics",
+         "triton.metrics_url = '127.0.0.1:70000/metrics': must be an http"),
+        ("actuator.replicas", [{"http_url": "http://10.0.0.5:8000", "grpc_url": "10.0.0.5:65536"}],
+         "actuator.replicas[0].grpc_url = '10.0.0.5:65536': must be HOST:PORT with a port in 1-65535"),
+        # an explicit null is not the default
+        ("policy.interval_s", None, "policy.interval_s = None: needs a value (leave the field out for "
+         "the default, 1.0)"),
+        ("policy.min_dwell_s", None, "policy.min_dwell_s = None: needs a value"),
+        ("policy.confirmations", None, "policy.confirmations = None: needs a value"),
+        ("policy.forecast", None, "policy.forecast = None: needs a value"),
+        ("policy.failure_reasons", None, "policy.failure_reasons = None: needs a value"),
+        ("signals.source", None, "signals.source = None: needs a value"),
+        ("actuator.kind", None, "actuator.kind = None: needs a value"),
+        ("server.listen", None, "server.listen = None: needs a value"),
+        ("slo.p95_ms", None, "slo.p95_ms: required field is missing"),
     ],
 )
 def test_bad_values_are_one_line_naming_the_field(tmp_path, path, value, message):
@@ -165,12 +191,28 @@ def test_autobatch_run_rejects_a_bad_config_before_starting_anything(tmp_path: P
     assert res.stderr == f"autobatch: error: {bad}: slo.p95_ms = -5.0: must be > 0\n"
 
 
+def test_null_stays_none_for_an_optional_field_and_an_empty_section(tmp_path):
+    data = edit("slo.p99_ms", None)
+    data["signals"] = None  # `signals:` with every field commented out
+    data["decision_log"] = None
+    cfg = sidecar_config_from_mapping(data, "sidecar.yaml", base=tmp_path)
+    assert cfg.policy.slo_p99_ms is None and cfg.signals.source == "triton" and cfg.decision_log is None
+
+
 @pytest.mark.parametrize("command", ["run", "replay"])
 @pytest.mark.parametrize(
     ("path", "value", "message"),
     [
         ("profiles.ladder", [["triton-default"], "efficient"],
          "profiles.ladder[0] = ['triton-default']: must be a profile name (a string)"),
+        ("policy.failure_reasons", ["REJECTD"],
+         "policy.failure_reasons[0] = 'REJECTD': must be a Triton failure reason: "
+         "REJECTED, CANCELED, BACKEND, OTHER, unknown"),
+        ("triton.grpc_url", "127.0.0.1:99999",
+         "triton.grpc_url = '127.0.0.1:99999': must be HOST:PORT with a port in 1-65535, "
+         "e.g. 127.0.0.1:8001"),
+        ("policy.interval_s", None,
+         "policy.interval_s = None: needs a value (leave the field out for the default, 1.0)"),
     ],
 )
 def test_the_cli_rejects_a_bad_config_in_one_line(tmp_path: Path, command, path, value, message):

@@ -28,6 +28,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from autobatch.config import Section
 from autobatch.curve import BatchCurve
 from autobatch.errors import ScrapeError
 
@@ -60,6 +61,22 @@ DCGM_GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 
 _UNKNOWN_REASON = "unknown"
 """Failure label when a server exports ``nv_inference_request_failure`` without ``reason``."""
+
+FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER", _UNKNOWN_REASON)
+"""The ``reason`` labels of ``nv_inference_request_failure`` (Triton's four, and
+``unknown`` for a server that exports the counter without the label)."""
+
+
+def failure_reasons(sec: Section, key: str, value: Any) -> tuple[str, ...]:
+    """A config's list of failure reasons (``policy.failure_reasons``), each one of
+    :data:`FAILURE_REASONS`: a typo (``REJECTD``) would silently count nothing."""
+    allowed = ", ".join(FAILURE_REASONS)
+    if not isinstance(value, list):
+        raise sec.fail(key, value, f"must be a list of Triton failure reasons ({allowed})")
+    for i, r in enumerate(value):
+        if r not in FAILURE_REASONS:
+            raise sec.fail(f"{key}[{i}]", r, f"must be a Triton failure reason: {allowed}")
+    return tuple(value)
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ from autobatch.config import Section
 from autobatch.errors import ConfigError
 from autobatch.profiles import Profile
 from autobatch.signals.factory import ReadTarget
+from autobatch.signals.parse import failure_reasons
 from autobatch.signals.variants import StepSignals
 
 __all__ = [
@@ -165,12 +166,8 @@ def parse_gateway_options(
     else:
         g = sec.section("guard")
         reasons = g.raw("failure_reasons", None)
-        if reasons is not None and (
-            not isinstance(reasons, list) or not all(isinstance(r, str) and r for r in reasons)
-        ):
-            raise g.fail(
-                "failure_reasons", reasons, "must be a list of Triton failure reasons, e.g. [REJECTED]"
-            )
+        if reasons is not None:
+            reasons = failure_reasons(g, "failure_reasons", reasons)
         guard = GuardSettings(
             p95_ms=g.float("p95_ms", slo_p95_ms, min=0.0, min_exclusive=True),
             mean_ms=g.float("mean_ms", None, min=0.0, min_exclusive=True),
@@ -183,8 +180,16 @@ def parse_gateway_options(
     haproxy: HAProxySettings | None = None
     kube: KubernetesSettings | None = None
     if gateway == "haproxy":
+        socket = sec.str("socket")
+        address = socket.strip()
+        for prefix in ("ipv4@", "tcp://"):
+            address = address.removeprefix(prefix)
+        _, sep, port = address.rpartition(":")
+        if ("/" not in address and sep and port.isascii() and port.isdigit()
+                and not 0 < int(port) < 65536):
+            raise sec.fail("socket", socket, "must be a socket path or HOST:PORT with a port in 1-65535")
         haproxy = HAProxySettings(
-            socket=sec.str("socket"),
+            socket=socket,
             backend=sec.str("backend"),
             weight_scale=sec.int("weight_scale", 100, min=1, max=256),
         )

@@ -50,6 +50,7 @@ from autobatch.policy import PolicySettings
 from autobatch.profiles import Profile, load_profiles
 from autobatch.signals.factory import SOURCES, UTILIZATION, SignalSettings
 from autobatch.signals.http import DEFAULT_MAX_BYTES
+from autobatch.signals.parse import failure_reasons
 
 __all__ = ["load_sidecar_config", "parse_listen", "sidecar_config_from_mapping"]
 
@@ -142,13 +143,21 @@ def _parse_triton(sec: Section) -> TritonEndpoints:
     triton = TritonEndpoints(
         http_url=sec.url("http_url", "http://127.0.0.1:8000"),
         metrics_url=sec.url("metrics_url", "http://127.0.0.1:8002/metrics"),
-        grpc_url=sec.str("grpc_url", "127.0.0.1:8001"),
+        grpc_url=_host_port(sec, "grpc_url", "127.0.0.1:8001", "127.0.0.1:8001"),
     )
-    host, _, port = triton.grpc_url.rpartition(":")
-    if "://" in triton.grpc_url or not host or not port.isdigit():
-        raise sec.fail("grpc_url", triton.grpc_url, "must be HOST:PORT, e.g. 127.0.0.1:8001")
     sec.done()
     return triton
+
+
+def _host_port(sec: Section, key: str, default: Any, example: str) -> Any:
+    """A gRPC address: HOST:PORT with a port in 1-65535 (no scheme)."""
+    value = sec.str(key, default)
+    if value is None:
+        return None
+    host, _, port = value.rpartition(":")
+    if "://" in value or not host or not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
+        raise sec.fail(key, value, f"must be HOST:PORT with a port in 1-65535, e.g. {example}")
+    return value
 
 
 def _parse_profiles(sec: Section, base: Path, model: str) -> _Ladder:
@@ -232,9 +241,7 @@ def _parse_policy(sec: Section, base: Path, profiles: _Ladder, slo: _Slo) -> tup
         kwargs[key] = _bounded(sec, key, defaults[key].default)
     kwargs["forecast"] = sec.bool("forecast", defaults["forecast"].default)
     reasons = sec.raw("failure_reasons", list(defaults["failure_reasons"].default))
-    if not isinstance(reasons, list) or not all(isinstance(r, str) for r in reasons):
-        raise sec.fail("failure_reasons", reasons, "must be a list of Triton failure reasons")
-    kwargs["failure_reasons"] = tuple(reasons)
+    kwargs["failure_reasons"] = failure_reasons(sec, "failure_reasons", reasons)
     sec.done()
     policy = PolicySettings(
         ladder=profiles.ladder, slo_p95_ms=slo.p95_ms, slo_p99_ms=slo.p99_ms, curve=curve, **kwargs
@@ -296,7 +303,7 @@ def _parse_actuator(
     # Whatever is not common belongs to the kind (only the gateway takes any).
     options = {k: v for k, v in sec.data.items() if k not in _ACTUATOR_COMMON}
     for k in options:
-        sec.raw(k)
+        sec.raw(k, None)  # read by the kind's parser below, which checks a null
     if kind != "gateway" and options:
         first = next(iter(options))
         raise sec.fail(first, options[first], f"unknown field for kind {kind}")
@@ -326,12 +333,8 @@ def _parse_replicas(act: Section, load_api: str, timeout_s: float) -> ReplicaSet
         static = []
         for item in act.sections("replicas"):
             http = item.url("http_url")
-            grpc = item.str("grpc_url", None)
-            if grpc is not None:
-                host, _, port = grpc.rpartition(":")
-                if "://" in grpc or not host or not port.isdigit():
-                    raise item.fail("grpc_url", grpc, "must be HOST:PORT, e.g. 10.0.0.5:8001")
-            elif load_api == "grpc":
+            grpc = _host_port(item, "grpc_url", None, "10.0.0.5:8001")
+            if grpc is None and load_api == "grpc":
                 raise item.fail("grpc_url", None, "is required when load_api is grpc (the default)")
             item.done()
             static.append((http, grpc))
