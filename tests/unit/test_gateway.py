@@ -548,6 +548,11 @@ def sidecar(tmp_path: Path, **actuator):
     return sidecar_config_from_mapping(data, "sidecar.yaml", base=tmp_path)
 
 
+def test_the_largest_allowed_gateway_numbers_are_taken(tmp_path):
+    g = sidecar(tmp_path, step_dwell_s=3600, retry_s=86400, request_timeout_s=3600).actuator.gateway
+    assert (g.step_dwell_s, g.retry_s, g.request_timeout_s) == (3600, 86400, 3600)
+
+
 def test_gateway_settings_from_the_sidecar_yaml(tmp_path):
     cfg = sidecar(tmp_path, steps=[10, 100], guard={"p95_ms": 60, "failure_reasons": ["REJECTED"]})
     g = cfg.actuator.gateway
@@ -577,6 +582,14 @@ def test_gateway_settings_from_the_sidecar_yaml(tmp_path):
         ({"guard": {"failure_reasons": "REJECTED"}},
          "actuator.guard.failure_reasons = 'REJECTED': must be a list of Triton failure reasons"),
         ({"step_dwell_s": None}, "actuator.step_dwell_s = None: needs a value"),
+        ({"step_dwell_s": 1e300}, "actuator.step_dwell_s = 1e+300: must be <= 3600"),
+        ({"retry_s": 1e300}, "actuator.retry_s = 1e+300: must be <= 86400"),
+        ({"request_timeout_s": 1e300}, "actuator.request_timeout_s = 1e+300: must be <= 3600"),
+        ({"guard": {"p95_ms": 1e300}}, "actuator.guard.p95_ms = 1e+300: must be <= 3.6e+06"),
+        ({"guard": {"max_failure_rps": 1e300}}, "actuator.guard.max_failure_rps = 1e+300: must be <= 1e+09"),
+        ({"guard": {"min_requests": 10**12}},
+         "actuator.guard.min_requests = 1000000000000: must be <= 1000000000"),
+        ({"gateway": "httproute", "route": "r", "rule": 10**6}, "actuator.rule = 1000000: must be <= 10000"),
         ({"guard": {"p95": 5}}, "actuator.guard.p95 = 5: unknown field"),
         ({"variants": {"latency-soft": {"server": "a"}}}, "actuator.variants.aggressive: required field"),
         ({"variants": {"latency-soft": {"server": "a"}, "aggressive": {"server": "a"}}},

@@ -70,6 +70,9 @@ __all__ = [
 
 GATEWAYS = ("haproxy", "httproute", "grpcroute", "virtualservice")
 
+_HOUR_S = 3_600.0
+_DAY_S = 86_400.0
+
 
 @dataclass(frozen=True)
 class VariantSettings:
@@ -153,9 +156,11 @@ def parse_gateway_options(
     steps = sec.int_list("steps", DEFAULT_STEPS, min=1, max=100)
     if not steps or steps[-1] != 100 or any(b <= a for a, b in zip(steps, steps[1:])):
         raise sec.fail("steps", list(steps), "must be increasing percents ending at 100, e.g. [25, 50, 100]")
-    dwell = sec.float("step_dwell_s", 2.0, min=0.0)
-    retry = sec.float("retry_s", 30.0, min=0.0)
-    timeout = sec.float("request_timeout_s", 2.0, min=0.0, min_exclusive=True)
+    # Every number has a range (docs/gateway.md): beyond it is a typo or a unit mix-up,
+    # and 1e300 s of dwell would hold a shift forever.
+    dwell = sec.float("step_dwell_s", 2.0, min=0.0, max=_HOUR_S)
+    retry = sec.float("retry_s", 30.0, min=0.0, max=_DAY_S)
+    timeout = sec.float("request_timeout_s", 2.0, min=0.0, min_exclusive=True, max=_HOUR_S)
 
     guard: GuardSettings | None
     raw_guard = sec.raw("guard", True)
@@ -169,11 +174,11 @@ def parse_gateway_options(
         if reasons is not None:
             reasons = failure_reasons(g, "failure_reasons", reasons)
         guard = GuardSettings(
-            p95_ms=g.float("p95_ms", slo_p95_ms, min=0.0, min_exclusive=True),
-            mean_ms=g.float("mean_ms", None, min=0.0, min_exclusive=True),
-            max_failure_rps=g.float("max_failure_rps", 0.0, min=0.0),
+            p95_ms=g.float("p95_ms", slo_p95_ms, min=0.0, min_exclusive=True, max=_HOUR_S * 1000),
+            mean_ms=g.float("mean_ms", None, min=0.0, min_exclusive=True, max=_HOUR_S * 1000),
+            max_failure_rps=g.float("max_failure_rps", 0.0, min=0.0, max=1e9),
             failure_reasons=tuple(reasons) if reasons is not None else None,
-            min_requests=g.int("min_requests", 1, min=0),
+            min_requests=g.int("min_requests", 1, min=0, max=1_000_000_000),
         )
         g.done()
 
@@ -200,13 +205,15 @@ def parse_gateway_options(
         if manifest is not None:
             p = Path(manifest).expanduser()
             manifest_path = p if p.is_absolute() else base / p
+            if manifest_path.is_dir():
+                raise sec.fail("manifest", manifest, f"{manifest_path} is a directory, not a file")
             if not manifest_path.is_file():
                 raise sec.fail("manifest", manifest, f"file {manifest_path} not found")
         kube = KubernetesSettings(
             kind=gateway,
             route=sec.str("route"),
             namespace=sec.str("namespace", None),
-            rule=sec.int("rule", 0, min=0),
+            rule=sec.int("rule", 0, min=0, max=10_000),
             api_version=sec.str("api_version", None),
             apply=sec.str("apply", "auto", choices=("auto", "api", "print")),
             manifest=manifest_path,
