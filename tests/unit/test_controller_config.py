@@ -230,6 +230,24 @@ def test_the_cli_rejects_a_bad_config_in_one_line(tmp_path: Path, command, path,
     assert res.stderr == f"autobatch: error: {bad}: {message}\n"
 
 
+@pytest.mark.parametrize(
+    ("level", "accepted"),
+    [("critical", False), ("notset", False), ("fatal", False), ("warn", False), ("5", False),
+     ("debug", True), ("INFO", True), ("Warning", True), ("error", True)],
+)
+def test_run_takes_exactly_the_documented_log_levels(tmp_path: Path, level, accepted):
+    bad = tmp_path / "sidecar.yaml"
+    bad.write_text(yaml.safe_dump(edit("slo.p95_ms", -5)))  # an accepted level gets as far as this
+    res = subprocess.run([sys.executable, "-m", "autobatch", "run", "--config", str(bad), "--dry-run",
+                          "--log-level", level], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    if accepted:
+        assert res.stderr == f"autobatch: error: {bad}: slo.p95_ms = -5.0: must be > 0\n"
+    else:
+        assert res.stderr == (f"autobatch: error: --log-level = {level!r}: "
+                              "must be debug, info, warning or error\n")
+
+
 def test_instances_per_replica_reaches_the_prometheus_source(tmp_path):
     """Fleet mode's busy share needs the instances per replica; the direct source reads them."""
     from autobatch.signals.factory import ReadTarget, build_source

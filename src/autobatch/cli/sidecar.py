@@ -13,6 +13,10 @@ import typer
 from autobatch.cli.app import app, err, out, print_json
 from autobatch.errors import ConfigError
 
+_LOG_LEVELS = {
+    "debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR,
+}
+
 
 @app.command()
 def run(
@@ -29,8 +33,8 @@ def run(
     from autobatch.controller.app import run_sidecar
     from autobatch.controller.config import load_sidecar_config
 
-    level = getattr(logging, log_level.upper(), None)
-    if not isinstance(level, int):
+    level = _LOG_LEVELS.get(log_level.lower())
+    if level is None:  # not getattr(logging, ...): that takes CRITICAL, NOTSET, FATAL, WARN too
         raise ConfigError(f"--log-level = {log_level!r}: must be debug, info, warning or error")
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # One line per HTTP request to Triton is noise at info level.
