@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import gzip
 import math
+import re
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
@@ -233,6 +234,7 @@ class Section:
         v = self.raw(key, default)
         if v is default and default is not MISSING:
             return v
+        v = _yaml11_number(v)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
             raise self.fail(key, v, "must be a finite number")
         v = float(v)
@@ -309,7 +311,20 @@ class Section:
             raise self.fail(k, self.data[k], f"unknown field ({hint})")
 
 
+_EXPONENT_LITERAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+")
+
+
+def _yaml11_number(v: Any) -> Any:
+    """``1e3`` as the number it means. PyYAML follows YAML 1.1, whose floats need a dot and
+    a signed exponent (``1.0e+3``), so ``1e3`` and ``1.5e3`` arrive as strings. Only such
+    exponent literals are read; any other string stays a string (and is refused)."""
+    if isinstance(v, str) and _EXPONENT_LITERAL.fullmatch(v.strip()) and math.isfinite(float(v)):
+        return float(v)
+    return v  # 1e400 stays the string given, and is refused as such
+
+
 def check_int(sec: Section, key: str | int, v: Any, *, min: int | None, max: int | None) -> int:
+    v = _yaml11_number(v)
     if isinstance(v, bool) or not isinstance(v, int):
         if isinstance(v, float) and v.is_integer():
             v = int(v)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from autobatch.config import http_url
+from autobatch.config import Section, http_url, parse_yaml
 from autobatch.controller.config import load_sidecar_config, sidecar_config_from_mapping
 from autobatch.errors import ConfigError
 from autobatch.lab.serve import free_port
@@ -189,6 +189,51 @@ def test_autobatch_run_rejects_a_bad_config_before_starting_anything(tmp_path: P
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2
     assert res.stderr == f"autobatch: error: {bad}: slo.p95_ms = -5.0: must be > 0\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "number"),
+    [("1e3", 1000.0), ("1.5e3", 1500.0), ("-2E-1", -0.2), ("1.0e+3", 1000.0), ("1000", 1000.0)],
+)
+def test_an_exponent_without_a_dot_is_the_number_it_means(text, number):
+    """PyYAML reads YAML 1.1: `1e3` (no dot, unsigned exponent) arrives as a string."""
+    sec = Section("f.yaml", parse_yaml(f"x: {text}", "f.yaml"))
+    assert sec.float("x") == number
+    if number.is_integer():
+        assert sec.int("x") == int(number)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("'60'", "f.yaml: x = '60': must be a finite number"),  # a quoted number is a string
+        ("1e400", "f.yaml: x = '1e400': must be a finite number"),
+        (".nan", "f.yaml: x = nan: must be a finite number"),
+        ("-.inf", "f.yaml: x = -inf: must be a finite number"),
+        ("nan", "f.yaml: x = 'nan': must be a finite number"),
+        ("1e3x", "f.yaml: x = '1e3x': must be a finite number"),
+        ("e3", "f.yaml: x = 'e3': must be a finite number"),
+    ],
+)
+def test_other_strings_and_non_finite_numbers_are_still_refused(text, message):
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
+        Section("f.yaml", parse_yaml(f"x: {text}", "f.yaml")).float("x")
+
+
+def test_every_yaml_reader_takes_1e3(tmp_path):
+    from autobatch.curve import BatchCurve
+    from autobatch.schedule import parse_schedule
+
+    schedule = parse_schedule(parse_yaml("phases: [{name: a, rate_rps: 1e3, duration_s: 2e1}]", "s"), "s")
+    assert (schedule.phases[0].rate_rps, schedule.phases[0].duration_s) == (1000.0, 20.0)
+    curve = BatchCurve.from_mapping(parse_yaml("points: {1: 5e0, 2: 6.5e0}", "c"), "c")
+    assert curve.points == {1: 5.0, 2: 6.5}
+    data = edit("policy.history_windows", "1e3")
+    data["policy"]["min_dwell_s"] = "1.5e1"
+    cfg = sidecar_config_from_mapping(data, "sidecar.yaml", base=tmp_path)
+    assert (cfg.history_windows, cfg.policy.min_dwell_s) == (1000, 15.0)
+    with pytest.raises(ConfigError, match=r"history_windows = 100000000000000000000: must be <= 100000"):
+        sidecar_config_from_mapping(edit("policy.history_windows", "1e20"), "sidecar.yaml", base=tmp_path)
 
 
 def test_null_stays_none_for_an_optional_field_and_an_empty_section(tmp_path):
