@@ -132,7 +132,15 @@ DELETE = object()
          "policy.min_saveing = 0.1: unknown field (did you mean min_saving or min_gain?)"),
         ("policy.min_freed_share", 1, "policy.min_freed_share = 1.0: must be a fraction in [0, 1)"),
         ("policy.device_alpha", 0, "policy.device_alpha = 0.0: must be a fraction in (0, 1]"),
-        ("policy.curve", "nope.yaml", "nope.yaml: file not found"),
+        ("policy.curve", "nope.yaml",
+         "sidecar.yaml: policy.curve = 'nope.yaml': {tmp}/nope.yaml: file not found"),
+        ("policy.curve", ".",
+         "sidecar.yaml: policy.curve = '.': {tmp}: is a directory, expected a YAML file"),
+        ("profiles.dir", str(EXAMPLE),
+         f"profiles.dir = '{EXAMPLE}': profile directory {EXAMPLE} is a file, not a directory"),
+        ("profiles.dir", "nowhere", "profiles.dir = 'nowhere': profile directory {tmp}/nowhere not found"),
+        ("server.token_file", "/", "server.token_file = '/': is a directory, not a file"),
+        ("server.token_file", "/dev/null", "server.token_file = '/dev/null': is not a regular file"),
         ("signals.source", "statsd", "signals.source = 'statsd': must be one of"),
         ("signals.source", "prometheus",
          "signals.prometheus_url = None: is required when source is prometheus"),
@@ -175,9 +183,9 @@ def test_bad_values_are_one_line_naming_the_field(tmp_path, path, value, message
     with pytest.raises(ConfigError) as info:
         sidecar_config_from_mapping(edit(path, value), "sidecar.yaml", base=tmp_path)
     text = str(info.value)
-    assert message in text, text
+    assert message.replace("{tmp}", str(tmp_path)) in text, text
     assert "\n" not in text
-    assert text.startswith(("sidecar.yaml: ", str(tmp_path)))
+    assert text.startswith("sidecar.yaml: ")
 
 
 def test_autobatch_run_rejects_a_bad_config_before_starting_anything(tmp_path: Path):
@@ -258,6 +266,8 @@ def test_null_stays_none_for_an_optional_field_and_an_empty_section(tmp_path):
          "e.g. 127.0.0.1:8001"),
         ("policy.interval_s", None,
          "policy.interval_s = None: needs a value (leave the field out for the default, 1.0)"),
+        ("policy.curve", "/nonexistent/nope.yaml",
+         "policy.curve = '/nonexistent/nope.yaml': /nonexistent/nope.yaml: file not found"),
     ],
 )
 def test_the_cli_rejects_a_bad_config_in_one_line(tmp_path: Path, command, path, value, message):

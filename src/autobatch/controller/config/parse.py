@@ -46,6 +46,7 @@ from autobatch.controller.config.settings import (
     TritonEndpoints,
 )
 from autobatch.curve import BatchCurve, load_curve
+from autobatch.errors import ConfigError
 from autobatch.policy import PolicySettings
 from autobatch.profiles import Profile, load_profiles
 from autobatch.signals.factory import SOURCES, UTILIZATION, SignalSettings
@@ -164,7 +165,8 @@ def _parse_profiles(sec: Section, base: Path, model: str) -> _Ladder:
     pdir = _path(base, sec.str("dir"))
     assert pdir is not None
     if not pdir.is_dir():
-        raise sec.fail("dir", sec.data.get("dir"), f"profile directory {pdir} not found")
+        problem = "is a file, not a directory" if pdir.exists() else "not found"
+        raise sec.fail("dir", sec.data.get("dir"), f"profile directory {pdir} {problem}")
     available = load_profiles(pdir)
     names = sec.raw("ladder")
     if not isinstance(names, list) or len(names) < 2:
@@ -220,7 +222,10 @@ def _parse_policy(sec: Section, base: Path, profiles: _Ladder, slo: _Slo) -> tup
     curve: BatchCurve | None = None
     curve_path = _path(base, sec.str("curve", None))
     if curve_path is not None:
-        curve = load_curve(curve_path)
+        try:
+            curve = load_curve(curve_path)
+        except ConfigError as exc:  # the curve's own error, said of this config's field
+            raise sec.fail("curve", sec.data["curve"], str(exc)) from exc
     defaults = PolicySettings.__dataclass_fields__
     kwargs: dict[str, Any] = {}
     for key in _POLICY_FLOATS:
@@ -392,7 +397,9 @@ def _parse_server(sec: Section, base: Path) -> ServerSettings:
     host, port = parsed
     token_file = _path(base, sec.str("token_file", None))
     if token_file is not None and not token_file.is_file():
-        raise sec.fail("token_file", str(token_file), "file not found")
+        problem = "is a directory, not a file" if token_file.is_dir() else (
+            "is not a regular file" if token_file.exists() else "file not found")
+        raise sec.fail("token_file", str(token_file), problem)
     protect = sec.bool("protect_reads", False)
     if protect and token_file is None:
         raise sec.fail("protect_reads", True, "needs server.token_file (the token the reads must send)")
