@@ -30,7 +30,7 @@ from autobatch.load import (
 )
 from autobatch.load.report import summarize
 from autobatch.load.runner import drive
-from autobatch.load.transport import classify_error, synthesize_inputs
+from autobatch.load.transport import classify_error, normalize_url, synthesize_inputs
 from autobatch.schedule import Phase, Schedule, arrivals
 
 MODEL = "dense_mlp"
@@ -88,6 +88,12 @@ def test_unreachable_server_is_a_one_line_load_error(protocol: str) -> None:
         (["--rate", "5", "--duration", "1", "--protocol", "udp"], "protocol = 'udp'"),
         (["--rate", "5", "--duration", "1", "--timeout-ms", "0"], "timeout_ms = 0: must be a number > 0"),
         (["--rate", "5", "--duration", "1", "--out", "/nonexistent/dir/r.jsonl"], "out = "),
+        (["--rate", "5", "--duration", "1", "--seed", "-1"], "--seed = -1: must be an integer >= 0"),
+        (["--rate", "5", "--duration", "1", "--url", "ftp://x:1"],
+         "--url = 'ftp://x:1': scheme 'ftp' is not supported"),
+        (["--rate", "5", "--duration", "1", "--url", "https://x:1"],
+         "--url = 'https://x:1': scheme 'https' is not supported"),
+        (["--rate", "5", "--duration", "1", "--url", "http://"], "--url = '': give host:port"),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(
@@ -130,12 +136,25 @@ def test_help_shows_an_example(capsys: Any, monkeypatch: pytest.MonkeyPatch) -> 
         ({"batch_size": 0}, "batch_size = 0: must be an integer >= 1"),
         ({"timeout_s": 0}, "timeout_ms = 0: must be a number > 0"),
         ({"drain_s": -1.0}, "drain_s = -1.0: must be a number >= 0"),
+        ({"seed": -1}, "seed = -1: must be an integer >= 0"),
+        ({"url": "ftp://127.0.0.1:9"}, "url = 'ftp://127.0.0.1:9': scheme 'ftp' is not supported"),
     ],
 )
-def test_run_load_checks_its_arguments_first(kwargs: dict[str, Any], message: str) -> None:
+def test_run_load_checks_its_arguments_first(kwargs: dict[str, Any], message: str, tmp_path: Path) -> None:
+    # Port 9 (discard) is never a Triton; and the records file is not even created.
+    out = tmp_path / "r.jsonl"
     with pytest.raises(ConfigError) as info:
-        run_load("127.0.0.1:9", MODEL, Schedule.constant(1, 1), **kwargs)
+        run_load(kwargs.pop("url", "127.0.0.1:9"), MODEL, Schedule.constant(1, 1), out=out, **kwargs)
     assert message in str(info.value)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("url", "taken"),
+    [("127.0.0.1:8001", "127.0.0.1:8001"), ("grpc://h:8001/", "h:8001"), ("HTTP://h:8000", "h:8000")],
+)
+def test_a_url_may_name_http_or_grpc(url: str, taken: str) -> None:
+    assert normalize_url(url) == taken
 
 
 # -- the engine, with injected senders -----------------------------------------------------

@@ -27,6 +27,8 @@ from autobatch.sdk import SessionStatistics
         (["--sessions", "2", "--fps", "3", "--duration", "-1"], "duration_s = -1.0: must be a number > 0"),
         (["--sessions", "2", "--fps", "3", "--protocol", "udp"], "protocol = 'udp'"),
         (["--sessions", "2", "--fps", "3", "--out", "/nonexistent/dir/f.jsonl"], "out = "),
+        (["--sessions", "2", "--fps", "3", "--seed", "-1"], "--seed = -1: must be an integer >= 0"),
+        (["--sessions", "2", "--fps", "3", "--url", "ftp://x:1"], "--url = 'ftp://x:1': scheme 'ftp'"),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(

@@ -20,7 +20,8 @@ def load(
     model: Annotated[str, typer.Option(help="Model to drive (must be READY on the server).")],
     url: Annotated[
         str | None,
-        typer.Option(help="Triton host:port [default: 127.0.0.1:8001 for grpc, :8000 for http]."),
+        typer.Option(help="Triton host:port, or http:// or grpc:// before it [default: "
+                          "127.0.0.1:8001 for grpc, :8000 for http]."),
     ] = None,
     rate: Annotated[
         float | None, typer.Option(help="Constant Poisson arrival rate, requests/s.")
@@ -49,7 +50,7 @@ def load(
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the report as JSON on stdout.")
     ] = False,
-    seed: Annotated[int, typer.Option(help="Seed of the arrival times and the inputs.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of the arrival times and the inputs (>= 0).")] = 0,
     timeout_ms: Annotated[float, typer.Option(help="Per-request client timeout.")] = 10_000.0,
     batch_size: Annotated[int, typer.Option(help="Batch dimension of every request.")] = 1,
     sessions: Annotated[
@@ -80,6 +81,12 @@ def load(
 
     Example: autobatch load --model dense_mlp --trace production.csv --record-trace sent.csv
     """
+    from autobatch.load.transport import check_seed, normalize_url
+
+    # Checked here, before any file is read or any connection made, naming the flags.
+    check_seed(seed, "--seed")
+    if url is not None:
+        normalize_url(url, "--url")
     if sessions is not None or fps is not None:
         if rate is not None or schedule is not None or trace is not None:
             raise ConfigError("give one load: --rate/--schedule/--trace, or --sessions K --fps F")

@@ -33,7 +33,7 @@ from autobatch.load.report import (
     summarize,
     write_jsonl,
 )
-from autobatch.load.transport import PROTOCOLS, classify_error, open_transport
+from autobatch.load.transport import PROTOCOLS, check_seed, classify_error, normalize_url, open_transport
 from autobatch.schedule import Phase, Schedule, arrivals
 from autobatch.traces import ArrivalTrace, write_trace
 
@@ -371,6 +371,8 @@ async def run_load_async(
 ) -> LoadReport:
     """Drive ``model`` at ``url`` open-loop through ``schedule``; see :func:`run_load`."""
     drain_s = _check_args(schedule, protocol, timeout_s, drain_s, batch_size)
+    check_seed(seed)
+    normalize_url(url)  # a bad scheme is refused before ``out`` is opened (and emptied)
     _check_record_path(record_trace)
     trace = schedule if isinstance(schedule, ArrivalTrace) else None
     plan = trace_schedule(trace) if trace is not None else schedule

@@ -28,7 +28,13 @@ import numpy as np
 
 from autobatch.errors import AutobatchError, ConfigError, LoadError
 from autobatch.load.runner import DEFAULT_TIMEOUT_S, StopFlag
-from autobatch.load.transport import PROTOCOLS, classify_error, normalize_url, synthesize_inputs
+from autobatch.load.transport import (
+    PROTOCOLS,
+    check_seed,
+    classify_error,
+    normalize_url,
+    synthesize_inputs,
+)
 from autobatch.sdk import SessionBatcher, SessionStatistics, TritonBatchClient
 from autobatch.sessions import SessionsResult, check_policy, stream_frames, summarize_sessions
 
@@ -107,11 +113,13 @@ async def run_sessions_async(
 ) -> SessionsResult:
     """Drive ``sessions`` streams at ``fps`` for ``duration_s``; see :func:`run_sessions`."""
     policy = check_policy(policy)
+    check_seed(seed)
     t_arr, sid_arr = stream_frames(sessions, fps, duration_s, seed)  # checks the three
     drain_s = _check_args(protocol, timeout_s, drain_s, rows)
+    host_port = normalize_url(url)
     file, owned = _open_out(out)
     try:
-        client = TritonBatchClient(normalize_url(url), model, protocol=protocol,  # type: ignore[arg-type]
+        client = TritonBatchClient(host_port, model, protocol=protocol,  # type: ignore[arg-type]
                                    client_timeout_s=timeout_s)
         try:
             await client.start()

@@ -22,9 +22,12 @@ from autobatch.errors import ConfigError, LoadError
 
 __all__ = [
     "PROTOCOLS",
+    "SCHEMES",
     "SyntheticInput",
     "Transport",
+    "check_seed",
     "classify_error",
+    "normalize_url",
     "open_transport",
     "synthesize_inputs",
 ]
@@ -382,11 +385,35 @@ class HttpTransport(Transport):
         return inp
 
 
-def normalize_url(url: str) -> str:
-    """``host:port`` as tritonclient wants it, whatever scheme or slash came with it."""
+SCHEMES = ("http", "grpc")
+"""What a ``--url`` may start with (then ``://``); the load generator speaks plain
+gRPC and HTTP, so ``https://`` is refused rather than sent in the clear."""
+
+
+def normalize_url(url: str, field: str = "url") -> str:
+    """``host:port`` as tritonclient wants it, from ``host:port``, ``http://host:port`` or
+    ``grpc://host:port`` (a trailing slash dropped); any other scheme is a
+    :class:`~autobatch.errors.ConfigError` naming ``field``."""
     if "://" in url:
-        url = url.split("://", 1)[1]
-    return url.rstrip("/")
+        scheme, url = url.split("://", 1)
+        if scheme.lower() not in SCHEMES:
+            given = f"{scheme}://{url}"
+            raise ConfigError(
+                f"{field} = {given!r}: scheme {scheme!r} is not supported: give host:port "
+                f"(or {' or '.join(s + '://host:port' for s in SCHEMES)}; TLS is not supported)",
+                field=field, value=given,
+            )
+    url = url.rstrip("/")
+    if not url:
+        raise ConfigError(f"{field} = {url!r}: give host:port", field=field, value=url)
+    return url
+
+
+def check_seed(seed: int, field: str = "seed") -> int:
+    """A seed numpy takes: an integer >= 0 (a negative one fails only after connecting)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ConfigError(f"{field} = {seed!r}: must be an integer >= 0", field=field, value=seed)
+    return seed
 
 
 async def open_transport(
