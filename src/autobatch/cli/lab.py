@@ -13,7 +13,7 @@ import typer
 from autobatch.cli.app import app, err, out, print_json, warn
 from autobatch.errors import AutobatchError, ConfigError, ServeError
 
-SERVE_FLAGS = {"repository": "--repository", "http_port": "--http-port",
+SERVE_FLAGS = {"repository": "--repository", "host": "--host", "http_port": "--http-port",
                "grpc_port": "--grpc-port", "metrics_port": "--metrics-port"}
 """TritonServer's settings that `serve` takes as flags, for its error messages."""
 
@@ -43,9 +43,9 @@ def serve(
         Path | None, typer.Option(help="Model repository (default: the project's model_repository/).")
     ] = None,
     host: Annotated[str, typer.Option(help="Address every endpoint binds.")] = "127.0.0.1",
-    http_port: Annotated[int, typer.Option(help="HTTP/REST port.")] = 8000,
-    grpc_port: Annotated[int, typer.Option(help="gRPC port.")] = 8001,
-    metrics_port: Annotated[int, typer.Option(help="Prometheus /metrics port.")] = 8002,
+    http_port: Annotated[int, typer.Option(help="HTTP/REST port (0: a free one).")] = 8000,
+    grpc_port: Annotated[int, typer.Option(help="gRPC port (0: a free one).")] = 8001,
+    metrics_port: Annotated[int, typer.Option(help="Prometheus /metrics port (0: a free one).")] = 8002,
     model: Annotated[
         list[str] | None, typer.Option("--model", help="Load only this model (repeatable).")
     ] = None,
@@ -59,8 +59,10 @@ def serve(
     Example: autobatch serve --emulate-curve curves/laptop-512x288-fp16.yaml
     """
     from autobatch.curve import load_curve
-    from autobatch.lab.serve import TritonServer
+    from autobatch.lab.serve import TritonServer, check_port
 
+    for field, port in (("http_port", http_port), ("grpc_port", grpc_port), ("metrics_port", metrics_port)):
+        check_port(port, SERVE_FLAGS[field])
     curve = load_curve(emulate_curve) if emulate_curve else None
     server = TritonServer(
         repository,

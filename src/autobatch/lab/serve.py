@@ -43,6 +43,8 @@ __all__ = [
     "EMULATOR_MODEL",
     "TritonServer",
     "TritonUrls",
+    "check_host",
+    "check_port",
     "default_repository",
     "free_port",
     "list_models",
@@ -101,7 +103,42 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+PORT_RULE = "must be a port number 1-65535 (or 0: a free one)"
+
+
+def check_port(port: Any, field: str) -> int:
+    """``port`` if it is a TCP port number or 0 (pick a free one), else a ConfigError naming
+    ``field`` (the socket calls would raise OverflowError on it)."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ConfigError(f"{field} = {port!r}: {PORT_RULE}", field=field, value=port)
+    return port
+
+
+def check_host(host: str) -> None:
+    """A ConfigError (``field="host"``) unless ``host`` is an IPv4 address of this machine
+    (or a name of one): a name that does not resolve is not a port "already in use"."""
+    try:
+        socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, socket.gaierror) else str(exc)
+        raise ConfigError(
+            f"host = {host!r}: does not resolve to an IPv4 address ({reason}); "
+            "give an address of this machine such as 127.0.0.1 or 0.0.0.0",
+            field="host", value=host,
+        ) from exc
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, 0))
+        except OSError as exc:
+            raise ConfigError(
+                f"host = {host!r}: cannot listen there ({exc.strerror or exc}); "
+                "give an address of this machine such as 127.0.0.1 or 0.0.0.0",
+                field="host", value=host,
+            ) from exc
+
+
 def _port_taken(host: str, port: int) -> bool:
+    """Whether ``port`` on ``host`` (checked by :func:`check_host` first) is in use."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -283,12 +320,27 @@ class TritonServer(Server):
                     f"{', '.join(available)}",
                     source=str(repo),
                 )
-        for label, port in (
-            ("http", self.urls.http_port),
-            ("grpc", self.urls.grpc_port),
-            ("metrics", self.urls.metrics_port),
-        ):
-            if _port_taken(self.urls.host, port):
+        host = self.urls.host
+        check_host(host)
+        ports = {label: check_port(getattr(self.urls, f"{label}_port"), f"{label}_port")
+                 for label in ("http", "grpc", "metrics")}
+        taken = {p for p in ports.values() if p}
+        for label in ports:
+            while ports[label] == 0:  # a free one, other than the ports given
+                port = free_port(host)
+                if port not in taken:
+                    ports[label] = port
+                    taken.add(port)
+        self.urls = TritonUrls(host, ports["http"], ports["grpc"], ports["metrics"])
+        for label, port in ports.items():
+            same = [other for other, p in ports.items() if p == port and other != label]
+            if same:
+                raise ConfigError(
+                    f"{label}_port = {port}: {same[0]}_port is {port} too: give each endpoint its own port",
+                    field=f"{label}_port", value=port,
+                )
+        for label, port in ports.items():
+            if _port_taken(host, port):
                 raise ServeError(
                     f"{self.urls.host}:{port} ({label} port) is already in use; "
                     f"{label}_port = {port}: pick another",
