@@ -333,10 +333,51 @@ def _sweeps(plan: Plan) -> Iterator[tuple[str, list[float], list[float], list[fl
         )
 
 
-def plot_plan(plan: Plan, path: str | Path) -> Path:
-    """Latency (p50 dashed, p99 solid) against Poisson load, one colour per profile."""
-    plt = _matplotlib()
+def plot_file(path: str | Path, field: str = "plot") -> Path:
+    """The file a plot given as ``path`` is written to, checked before any work is done.
+
+    matplotlib itself would add ``.png`` to a name without a suffix (and write
+    ``adir.png`` for a directory ``adir``); here the suffix is added up front so the
+    path printed is the path written, a directory is refused, a suffix matplotlib
+    cannot write is refused, and so is a place nothing can be written (missing
+    folders are made). Needs the ``plot`` extra.
+    """
+    _matplotlib()
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    from autobatch.lab.paths import check_output
+
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError(
+            f"{field} = {str(p)!r}: is a directory: give a file name, such as {str(p / 'plot.png')!r}",
+            field=field, value=str(p),
+        )
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if not p.suffix:
+        p = p.with_name(p.name + ".png")
+    elif p.suffix[1:].lower() not in formats:
+        raise ConfigError(
+            f"{field} = {str(p)!r}: suffix {p.suffix!r}: must be one of "
+            f"{', '.join('.' + f for f in sorted(formats))} (or none: .png)",
+            field=field, value=str(p),
+        )
+    return check_output(p, field)
+
+
+def _save(fig: Any, p: Path, field: str, **kwargs: Any) -> None:
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(p, **kwargs)
+    except OSError as exc:
+        raise ConfigError(f"{field} = {str(p)!r}: cannot write there: {exc}") from exc
+
+
+def plot_plan(plan: Plan, path: str | Path) -> Path:
+    """Latency (p50 dashed, p99 solid) against Poisson load, one colour per profile; returns
+    the file written (:func:`plot_file`: ``.png`` added to a name without a suffix)."""
+    plt = _matplotlib()
+    p = plot_file(path)
     fig, ax = plt.subplots(figsize=(8, 5))
     colours: dict[str, Any] = {}
     for name, rates, p50, p99 in _sweeps(plan):
@@ -354,10 +395,7 @@ def plot_plan(plan: Plan, path: str | Path) -> Path:
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(p, dpi=110, bbox_inches="tight")
-    except OSError as exc:
-        raise ConfigError(f"plot = {str(p)!r}: cannot write there: {exc}") from exc
+        _save(fig, p, "plot", dpi=110, bbox_inches="tight")
     finally:
         plt.close(fig)
     return p
@@ -644,9 +682,11 @@ def switches_table(result: ClosedLoopResult) -> Table:
     return sw
 
 
-def plot_timeline(result: ClosedLoopResult, path: Path) -> None:
-    """Latency, load and the live profile over time (matplotlib, the ``plot`` extra)."""
+def plot_timeline(result: ClosedLoopResult, path: Path) -> Path:
+    """Latency, load and the live profile over time (matplotlib, the ``plot`` extra); returns
+    the file written (:func:`plot_file`)."""
     plt = _matplotlib()
+    path = plot_file(path)
     recs = [r for r in result.report.records if r.sent_s is not None and r.latency_ms is not None]
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 6), sharex=True,
                                    gridspec_kw={"height_ratios": [3, 1]})
@@ -670,8 +710,11 @@ def plot_timeline(result: ClosedLoopResult, path: Path) -> None:
     ax2.legend(loc="upper right", fontsize=8)
     fig.suptitle(f"{result.mode}: profile switches marked")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        _save(fig, path, "plot", dpi=110)
+    finally:
+        plt.close(fig)
+    return path
 
 
 # -- the sidecar: status, replay ---------------------------------------------------------------
