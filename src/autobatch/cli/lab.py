@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import signal
 import sys
 import time
@@ -146,7 +147,12 @@ def measure(
     from autobatch.curve import load_curve
     from autobatch.lab.fidelity import measure_overheads
     from autobatch.lab.measure import live_curve, measure_curve, write_curve
+    from autobatch.lab.paths import check_output
 
+    if out_file is not None:
+        check_output(out_file, "out")  # now, not after the measuring
+    if live_s is not None and not (live_s > 0 and math.isfinite(live_s)):
+        raise ConfigError(f"live_s = {live_s:g}: must be a finite number > 0")
     if overheads_for is not None:
         with err.status(f"sending {rate:g} rps to {model} for {duration:g} s ..."):
             found = measure_overheads(grpc_url, url, model, load_curve(overheads_for),
@@ -207,9 +213,13 @@ def demo(
         float, typer.Option(help="Seconds the sidecar runs at the first phase's rate before its run, "
                                  "unmeasured (its p95 rules wait 60 s after its start).")
     ] = 60.0,
-    plot: Annotated[Path | None, typer.Option(help="Write the controller's timeline as a PNG here.")] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(help="Write the controller's timeline to this file (.png if no suffix; "
+                          "a directory is refused)."),
+    ] = None,
     keep: Annotated[
-        Path | None, typer.Option(help="Keep the decision log in this folder.")
+        Path | None, typer.Option(help="Keep the decision log in this folder (made if missing).")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the runs and comparisons as JSON.")] = False,
 ) -> None:
@@ -219,14 +229,27 @@ def demo(
 
     Example: autobatch demo --plot timeline.png
     """
-    from autobatch.cli.views import DemoView, demo_table, demo_verdict_lines, plot_timeline, switches_table
+    from autobatch.cli.views import (
+        DemoView,
+        demo_table,
+        demo_verdict_lines,
+        plot_file,
+        plot_timeline,
+        switches_table,
+    )
     from autobatch.lab.demo import run_demo
+    from autobatch.lab.paths import check_folder
 
+    # Every flag is checked before Triton starts; the run takes minutes.
     if instances < 1:
         raise ConfigError(f"instances = {instances}: must be an integer >= 1")
     console = err if as_json else out
-    if lead_in < 0:
-        raise ConfigError(f"lead_in = {lead_in:g}: must be >= 0 seconds")
+    if not (math.isfinite(lead_in) and lead_in >= 0):
+        raise ConfigError(f"lead_in = {lead_in:g}: must be a finite number >= 0 seconds")
+    if keep is not None:
+        check_folder(keep, "keep")
+    if plot is not None:
+        plot = plot_file(plot)
     done = run_demo(schedule_path=schedule, config_path=config, workdir=keep,
                     observer=DemoView(console), instances=instances, lead_in_s=lead_in)
     result = done.result
@@ -239,7 +262,6 @@ def demo(
     requests = sum(len(r.report.records) for r in done.runs.values())
     console.print(f"{requests} requests, {failed} failed. Decision log: {done.decision_log or '(temporary)'}")
     if plot is not None:
-        plot_timeline(result, plot)
-        console.print(f"timeline written to {plot}")
+        console.print(f"timeline written to {plot_timeline(result, plot)}")
     if as_json:
         print_json(done.to_dict())

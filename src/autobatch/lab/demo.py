@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import tempfile
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -36,6 +37,7 @@ from autobatch.controller.config import SidecarConfig, sidecar_config_from_mappi
 from autobatch.errors import ConfigError
 from autobatch.lab.closed_loop import ClosedLoopResult, Sample, SidecarProcess, apply_static, run_closed_loop
 from autobatch.lab.device import DeviceMeter
+from autobatch.lab.paths import check_folder
 from autobatch.lab.serve import TritonServer, free_port, project_root
 from autobatch.profiles import Profile, load_profiles
 from autobatch.schedule import Phase, Schedule, load_schedule
@@ -232,20 +234,29 @@ def run_demo(
     predecessor just did), so its p95 rules wait ``p95_settle_s`` (60 s) after it;
     a sidecar in production has long been running when the load changes.
     """
-    if lead_in_s < 0:
-        raise ValueError(f"lead_in_s = {lead_in_s:g}: must be >= 0 seconds")
+    # Every input is read and checked before Triton starts: a bad one costs a second.
+    if not (isinstance(lead_in_s, (int, float)) and math.isfinite(lead_in_s) and lead_in_s >= 0):
+        raise ConfigError(f"lead_in_s = {lead_in_s!r}: must be a finite number >= 0 seconds",
+                          field="lead_in_s", value=lead_in_s)
+    if workdir is not None:
+        check_folder(workdir, "workdir")
     observer = observer or _Quiet()
     schedule = load_schedule(schedule_path or examples_dir() / "schedules" / "demo.yaml")
     with tempfile.TemporaryDirectory(prefix="autobatch-demo-") as tmp:
         work = workdir or Path(tmp)
-        work.mkdir(parents=True, exist_ok=True)
+        try:
+            work.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"workdir = {str(work)!r}: cannot make the folder: {exc.strerror or exc}",
+                              field="workdir", value=str(work)) from exc
+        server = TritonServer.on_free_ports(models=[MODEL])
+        # The config names the server's ports, chosen above; it is written before the start.
+        cfg = demo_sidecar_config(server, work, config_path)
+        statics = _statics(cfg)
+        names = (CONTROLLER, *(p.name for p in statics))
         with observer.starting():
-            server = TritonServer.on_free_ports(models=[MODEL])
             server.start()
         try:
-            cfg = demo_sidecar_config(server, work, config_path)
-            statics = _statics(cfg)
-            names = (CONTROLLER, *(p.name for p in statics))
             runs: dict[str, ClosedLoopResult] = {}
             for name in names:
                 held = next((p for p in statics if p.name == name), None)

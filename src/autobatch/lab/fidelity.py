@@ -11,6 +11,7 @@ at several rates. Batch curves themselves are measured in
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -152,8 +153,8 @@ def measure_overheads(
     from autobatch.schedule import Schedule
 
     for name, value in (("rate_rps", rate_rps), ("duration_s", duration_s)):
-        if not value > 0:
-            raise ConfigError(f"{name} = {value:g}: must be > 0", field=name, value=value)
+        if not (value > 0 and math.isfinite(value)):
+            raise ConfigError(f"{name} = {value:g}: must be a finite number > 0", field=name, value=value)
     url = http_url if "://" in http_url else f"http://{http_url}"
     own = client is None
     hc = client or httpx.Client(base_url=url, timeout=30.0)

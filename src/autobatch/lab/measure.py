@@ -16,6 +16,7 @@ against the real server, are in :mod:`autobatch.lab.fidelity`.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -249,8 +250,8 @@ def live_curve(
     """The batch curve live traffic shows over ``window_s``: ``batch_stats`` sampled
     twice, differenced; sizes executed fewer than ``min_count`` times are left out.
     None when the traffic formed no batch size often enough."""
-    if not (window_s > 0):
-        raise ConfigError(f"live_s = {window_s!r}: must be a number > 0")
+    if not (window_s > 0 and math.isfinite(window_s)):
+        raise ConfigError(f"live_s = {window_s!r}: must be a finite number > 0")
     url = http_url if "://" in http_url else f"http://{http_url}"
     own = client is None
     hc = client or httpx.Client(base_url=url, timeout=30.0)
