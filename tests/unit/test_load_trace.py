@@ -5,6 +5,7 @@ tests/test_traces_triton.py)."""
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import numpy as np
@@ -58,9 +59,12 @@ def test_the_report_of_a_trace_is_one_phase_at_its_mean_rate() -> None:
         ({"batch_size": 4}, "batch_size = 4: a trace gives each request's rows"),
         ({"record_trace": "sent.txt"}, r"record_trace = 'sent.txt': suffix '.txt'"),
         ({"record_trace": "/no/such/dir/sent.csv"}, r"folder '/no/such/dir' does not exist"),
+        ({"record_trace": "{tmp}/adir.csv"}, r"record_trace = '{tmp}/adir.csv': is a directory"),
     ],
 )
-def test_bad_trace_arguments_fail_before_any_connection(kwargs, message) -> None:
+def test_bad_trace_arguments_fail_before_any_connection(kwargs, message, tmp_path) -> None:
+    (tmp_path / "adir.csv").mkdir()  # written after the run: a directory is refused before it
+    kwargs = {k: v.format(tmp=tmp_path) if isinstance(v, str) else v for k, v in kwargs.items()}
     # Port 9 (discard) on loopback: nothing listens, and nothing is tried before the check.
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigError, match=message.format(tmp=re.escape(str(tmp_path)))):
         run_load("127.0.0.1:9", "m", ArrivalTrace.of([0.0], source="t"), **kwargs)

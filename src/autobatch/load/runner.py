@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -351,6 +352,13 @@ def _check_record_path(record_trace: str | Path | None) -> None:
             f"record_trace = {str(p)!r}: folder {str(p.parent)!r} does not exist",
             field="record_trace", value=str(p),
         )
+    # Written after the run: what would fail then is refused now.
+    if p.is_dir():
+        raise ConfigError(f"record_trace = {str(p)!r}: is a directory: give a file name",
+                          field="record_trace", value=str(p))
+    if not os.access(p if p.exists() else p.parent, os.W_OK):
+        raise ConfigError(f"record_trace = {str(p)!r}: cannot write there (permission denied)",
+                          field="record_trace", value=str(p))
 
 
 async def run_load_async(
