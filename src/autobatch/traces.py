@@ -69,6 +69,15 @@ TRACE_FORMATS = ("csv", "jsonl", "triton")
 RowsSpec = int | Mapping[int, float]
 """Rows per request: a fixed number, or shares ``{rows: share}`` to draw from."""
 
+MAX_ROWS = 2**31 - 1
+"""The most rows one request can carry: Triton's ``max_batch_size`` is an int32."""
+
+MAX_PRIORITY = 2**63 - 1
+"""The highest priority a trace can give (held as int64; Triton's levels are far fewer)."""
+
+MAX_SPAN_S = 30 * 86400.0
+"""The longest trace replayed: 30 days from the first arrival to the last."""
+
 
 @dataclass(frozen=True)
 class ArrivalTrace:
@@ -124,9 +133,16 @@ class ArrivalTrace:
         t = np.asarray(t_s, dtype=np.float64)
         if t.shape[0] == 0:
             raise ConfigError(f"{source}: the trace holds no request")
-        r = np.ones(t.shape[0], dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
+        try:
+            r = np.ones(t.shape[0], dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
+            prio = None if priority is None else np.asarray(priority, dtype=np.int64)
+        except OverflowError:
+            raise ConfigError(
+                f"{source}: rows must be integers >= 1 and <= {MAX_ROWS}, priorities "
+                f">= 0 and <= {MAX_PRIORITY}"
+            ) from None
         order = np.argsort(t, kind="stable")
-        prio = None if priority is None else np.asarray(priority, dtype=np.int64)[order]
+        prio = None if prio is None else prio[order]
         return cls(t[order] - t[order[0]], r[order], prio, source)
 
     def to_rows(self) -> list[dict[str, Any]]:
@@ -163,14 +179,14 @@ def parse_rows(text: str, *, what: str = "rows") -> RowsSpec:
 
 def check_rows_spec(spec: RowsSpec, *, what: str = "rows") -> None:
     if isinstance(spec, Mapping):
-        bad = [k for k, v in spec.items() if not _is_int(k) or k < 1 or not (v >= 0)]
+        bad = [k for k, v in spec.items() if not _is_int(k) or not 1 <= k <= MAX_ROWS or not (v >= 0)]
         if not spec or bad or sum(spec.values()) <= 0 or not all(math.isfinite(v) for v in spec.values()):
             raise ConfigError(
-                f"{what} = {dict(spec)!r}: row counts must be integers >= 1 with shares >= 0, "
-                f"not all 0"
+                f"{what} = {dict(spec)!r}: row counts must be integers >= 1 and <= {MAX_ROWS} "
+                f"with finite shares >= 0, not all 0"
             )
-    elif not _is_int(spec) or spec < 1:
-        raise ConfigError(f"{what} = {spec!r}: must be an integer >= 1")
+    elif not _is_int(spec) or not 1 <= spec <= MAX_ROWS:
+        raise ConfigError(f"{what} = {spec!r}: must be an integer >= 1 and <= {MAX_ROWS}")
 
 
 def draw_rows(n: int, spec: RowsSpec, seed: int = 0) -> np.ndarray:
@@ -225,14 +241,16 @@ def parse_trace_text(text: str, source: str, *, fmt: str, model: str | None = No
 
 
 def _field(value: Any, where: str, name: str, *, kind: str) -> Any:
-    """One checked value: ``time_s`` a number >= 0, ``rows`` an integer >= 1,
-    ``priority`` an integer >= 0."""
+    """One checked value: ``time_s`` a number >= 0, ``rows`` an integer >= 1 and <=
+    :data:`MAX_ROWS`, ``priority`` an integer >= 0 and <= :data:`MAX_PRIORITY`, ``ns``
+    (Triton's timestamp) an integer >= 0."""
     if isinstance(value, str):
         text = value.strip()
         try:
             value = float(text) if kind == "time" else int(text)
         except ValueError:
             value = text
+    shown = value
     if isinstance(value, float) and kind != "time" and value.is_integer():
         value = int(value)
     ok = (
@@ -240,17 +258,30 @@ def _field(value: Any, where: str, name: str, *, kind: str) -> Any:
         and value >= 0
         if kind == "time"
         else _is_int(value) and value >= (1 if kind == "rows" else 0)
+        and (kind == "ns" or value <= (MAX_ROWS if kind == "rows" else MAX_PRIORITY))
     )
     if not ok:
-        need = {"time": "a number >= 0 (seconds)", "rows": "an integer >= 1",
-                "priority": "an integer >= 0"}[kind]
-        raise ConfigError(f"{where}: {name} = {value!r}: must be {need}", field=name, value=value)
+        need = {"time": "a number >= 0 (seconds)", "rows": f"an integer >= 1 and <= {MAX_ROWS}",
+                "priority": f"an integer >= 0 and <= {MAX_PRIORITY}", "ns": "an integer >= 0"}[kind]
+        raise ConfigError(f"{where}: {name} = {shown!r}: must be {need}", field=name, value=shown)
     return value
 
 
-def _build(times: list[float], rows: list[int], prio: list[int], source: str) -> ArrivalTrace:
+def _build(
+    times: list[float], rows: list[int], prio: list[int], source: str, labels: list[str]
+) -> ArrivalTrace:
+    """``labels[i]`` names request i's time in an error (``trace.csv:7: time_s = 9.5``)."""
     if not times:
         raise ConfigError(f"{source}: the trace holds no request")
+    # A longer span is a mistake (a time in ms, or two traces run together), and the
+    # simulator and the load generator would run through all of it.
+    last = max(range(len(times)), key=times.__getitem__)
+    span_s = times[last] - min(times)
+    if span_s > MAX_SPAN_S:
+        raise ConfigError(
+            f"{labels[last]}: {span_s:g} s after the first arrival: a trace spans at most "
+            f"{MAX_SPAN_S:.0f} s (30 days)"
+        )
     return ArrivalTrace.of(times, rows, prio if any(prio) else None, source=source)
 
 
@@ -271,10 +302,16 @@ def _parse_csv(text: str, source: str) -> ArrivalTrace:
         raise ConfigError(
             f"{source}:{header_no}: column {unknown[0]!r}: must be time_s, rows or priority"
         )
+    twice = [c for i, c in enumerate(names) if c in names[:i]]
+    if twice:
+        raise ConfigError(
+            f"{source}:{header_no}: column {twice[0]!r}: given twice; name each column once"
+        )
     col = {name: names.index(name) for name in names}
     times: list[float] = []
     rows: list[int] = []
     prio: list[int] = []
+    labels: list[str] = []
     for line_no, line in lines[1:]:
         cells = next(csv.reader([line]))
         where = f"{source}:{line_no}"
@@ -283,17 +320,19 @@ def _parse_csv(text: str, source: str) -> ArrivalTrace:
                 f"{where}: {len(cells)} field(s): must have {len(names)} ({', '.join(names)})"
             )
         times.append(float(_field(cells[col["time_s"]], where, "time_s", kind="time")))
+        labels.append(f"{where}: time_s = {times[-1]!r}")
         rows.append(_field(cells[col["rows"]], where, "rows", kind="rows") if "rows" in col else 1)
         prio.append(
             _field(cells[col["priority"]], where, "priority", kind="priority") if "priority" in col else 0
         )
-    return _build(times, rows, prio, source)
+    return _build(times, rows, prio, source, labels)
 
 
 def _parse_jsonl(text: str, source: str) -> ArrivalTrace:
     times: list[float] = []
     rows: list[int] = []
     prio: list[int] = []
+    labels: list[str] = []
     for i, line in enumerate(text.splitlines()):
         if not line.strip():
             continue
@@ -306,10 +345,14 @@ def _parse_jsonl(text: str, source: str) -> ArrivalTrace:
             raise ConfigError(f"{where}: {line.strip()[:60]!r}: must be a JSON object")
         if "time_s" not in obj:
             raise ConfigError(f"{where}: time_s: missing (every line needs the arrival time)")
+        unknown = [k for k in obj if k not in ("time_s", "rows", "priority")]
+        if unknown:
+            raise ConfigError(f"{where}: key {unknown[0]!r}: must be time_s, rows or priority")
         times.append(float(_field(obj["time_s"], where, "time_s", kind="time")))
+        labels.append(f"{where}: time_s = {times[-1]!r}")
         rows.append(_field(obj.get("rows", 1), where, "rows", kind="rows"))
         prio.append(_field(obj.get("priority", 0), where, "priority", kind="priority"))
-    return _build(times, rows, prio, source)
+    return _build(times, rows, prio, source, labels)
 
 
 _ARRIVAL_STAMPS = ("REQUEST_START", "QUEUE_START")
@@ -330,11 +373,22 @@ def _parse_triton(text: str, source: str, model: str | None) -> ArrivalTrace:
     for k, entry in enumerate(doc):
         if not isinstance(entry, dict) or "id" not in entry:
             raise ConfigError(f"{source}: entry {k}: must be an object with an id (Triton's trace)")
+        trace_id = entry["id"]
+        if isinstance(trace_id, bool) or not isinstance(trace_id, (int, str)):
+            raise ConfigError(
+                f"{source}: entry {k}: id = {trace_id!r}: must be an integer or a string (Triton's trace id)"
+            )
+        timestamps = entry.get("timestamps") or []
+        if not isinstance(timestamps, list):
+            raise ConfigError(
+                f"{source}: trace id {trace_id}: timestamps = {_short(timestamps)}: must be a list of "
+                f"{{name, ns}} objects"
+            )
         rec = by_id.setdefault(entry["id"], {"stamps": {}, "rows": None, "model": None})
         if "model_name" in entry:
             rec["model"] = entry["model_name"]
-        for stamp in entry.get("timestamps") or ():
-            if isinstance(stamp, dict) and "name" in stamp and "ns" in stamp:
+        for stamp in timestamps:
+            if isinstance(stamp, dict) and isinstance(stamp.get("name"), str) and "ns" in stamp:
                 rec["stamps"].setdefault(stamp["name"], stamp["ns"])
         tensor = entry.get("tensor")
         if (entry.get("activity") == "TENSOR_QUEUE_INPUT" and isinstance(tensor, dict)
@@ -352,21 +406,28 @@ def _parse_triton(text: str, source: str, model: str | None) -> ArrivalTrace:
         )
     times: list[float] = []
     rows: list[int] = []
+    labels: list[str] = []
     for trace_id, rec in by_id.items():
         if model is not None and rec["model"] != model:
             continue
         stamp = next((rec["stamps"][s] for s in _ARRIVAL_STAMPS if s in rec["stamps"]), None)
         if stamp is None:
             continue  # an entry with no timestamps (e.g. a level without TIMESTAMPS)
-        ns = _field(stamp, f"{source}: trace id {trace_id}", "REQUEST_START ns", kind="priority")
+        ns = _field(stamp, f"{source}: trace id {trace_id}", "REQUEST_START ns", kind="ns")
         times.append(ns / 1e9)
+        labels.append(f"{source}: trace id {trace_id}: REQUEST_START ns = {ns!r}")
         rows.append(rec["rows"] or 1)
     if not times:
         raise ConfigError(
             f"{source}: no request with a REQUEST_START timestamp: trace with "
             f"level=TIMESTAMPS (and TENSORS for the rows)"
         )
-    return _build(times, rows, [0] * len(times), source)
+    return _build(times, rows, [0] * len(times), source, labels)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _rows_of_shape(shape: Any, where: str) -> int:
@@ -376,8 +437,10 @@ def _rows_of_shape(shape: Any, where: str) -> int:
         first = int(str(dims[0]).strip())
     except (TypeError, ValueError, IndexError):
         raise ConfigError(f"{where}: tensor shape = {shape!r}: must start with the batch dimension") from None
-    if first < 1:
-        raise ConfigError(f"{where}: tensor shape = {shape!r}: batch dimension must be >= 1")
+    if not 1 <= first <= MAX_ROWS:
+        raise ConfigError(
+            f"{where}: tensor shape = {shape!r}: batch dimension must be >= 1 and <= {MAX_ROWS}"
+        )
     return first
 
 

@@ -99,6 +99,30 @@ def test_triton_trace_with_several_models_needs_one_named(tmp_path):
                    ' {"id": 1, "activity": "TENSOR_QUEUE_INPUT", "tensor": {"shape": "x,16"}}]',
          r"t.json: trace id 1: tensor shape = 'x,16': must start with the batch dimension"),
         ("t.txt", "0\n", r"t.txt: suffix '.txt': a trace file must be .csv, .jsonl"),
+        # Past what one request can carry (Triton's max_batch_size is an int32).
+        ("t.csv", "time_s,rows\n0,99999999999999999999\n",
+         r"t.csv:2: rows = 99999999999999999999: must be an integer >= 1 and <= 2147483647"),
+        ("t.jsonl", '{"time_s": 0, "rows": 1e30}\n', r"t.jsonl:1: rows = 1e\+30: must be an integer >= 1 "),
+        ("t.jsonl", '{"time_s": 0, "priority": 1e30}\n', r"t.jsonl:1: priority = 1e\+30: must be"),
+        ("t.json", '[{"id": 1, "timestamps": [{"name": "REQUEST_START", "ns": 1}]},'
+                   ' {"id": 1, "activity": "TENSOR_QUEUE_INPUT", "tensor": {"shape": "9999999999,16"}}]',
+         r"t.json: trace id 1: tensor shape = '9999999999,16': batch dimension must be >= 1 and <="),
+        # More than 30 days from the first arrival to the last.
+        ("t.jsonl", '{"time_s": 0}\n{"time_s": 1e9}\n',
+         r"t.jsonl:2: time_s = 1000000000.0: 1e\+09 s after the first arrival: a trace spans at most"),
+        ("t.csv", "time_s\n5\n2592006\n", r"t.csv:3: time_s = 2592006.0: 2.592e\+06 s after the first"),
+        ("t.json", '[{"id": 1, "timestamps": [{"name": "REQUEST_START", "ns": 5}]},'
+                   ' {"id": 2, "timestamps": [{"name": "REQUEST_START", "ns": 3000000000000005}]}]',
+         r"t.json: trace id 2: REQUEST_START ns = 3000000000000005: 3e\+06 s after"),
+        # Keys and columns: an unknown key is refused as an unknown column is; a column once.
+        ("t.jsonl", '{"time_s": 0, "rowz": 4}\n', r"t.jsonl:1: key 'rowz': must be time_s, rows or priority"),
+        ("t.csv", "time_s,time_s\n0,1\n", r"t.csv:1: column 'time_s': given twice"),
+        ("t.csv", "time_s,rows,rows\n0,1,2\n", r"t.csv:1: column 'rows': given twice"),
+        # Triton's trace ids are integers (or strings); timestamps a list.
+        ("t.json", '[{"id": [1], "model_name": "m", "timestamps": [{"name": "REQUEST_START", "ns": 5}]}]',
+         r"t.json: entry 0: id = \[1\]: must be an integer or a string"),
+        ("t.json", '[{"id": {"a": 1}}]', r"t.json: entry 0: id = \{'a': 1\}: must be an integer or a string"),
+        ("t.json", '[{"id": 1, "timestamps": 5}]', r"t.json: trace id 1: timestamps = 5: must be a list"),
     ],
 )
 def test_errors_name_the_file_line_field_and_value(tmp_path, name, text, message):
@@ -119,7 +143,11 @@ def test_rows_specs():
     assert parse_rows("1:0.5, 4:0.5") == {1: 0.5, 4: 0.5}
     for bad, message in (("0", "rows = 0: must be an integer >= 1"),
                          ("a", "rows = 'a': must be a number of rows"),
-                         ("1:-1", "rows = {1: -1.0}: row counts must be integers >= 1")):
+                         ("1:-1", "rows = {1: -1.0}: row counts must be integers >= 1"),
+                         ("99999999999999999999", "rows = 99999999999999999999: must be an integer >= 1 "
+                                                  "and <= 2147483647"),
+                         ("4294967296:1", "rows = {4294967296: 1.0}: row counts must be integers"),
+                         ("1:nan,2:1", r"rows = {1: nan, 2: 1.0}: row counts must be .* finite shares")):
         with pytest.raises(ConfigError, match=message):
             parse_rows(bad)
     drawn = draw_rows(10_000, {2: 1.0, 5: 3.0}, seed=3)
