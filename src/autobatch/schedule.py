@@ -62,6 +62,15 @@ ARRIVAL_KINDS = ("poisson", "uniform", "bursty")
 
 DEFAULT_BURST_SIZE = 8
 
+MAX_RATE_RPS = 1e7
+"""The highest rate of a phase: ten million requests/s, past any one Triton."""
+
+MAX_DURATION_S = 30 * 86400.0
+"""The longest phase: 30 days (the simulator and the load generator run through all of it)."""
+
+MAX_REQUESTS = 1e9
+"""The most requests a schedule may ask for in all: its arrivals are drawn up front."""
+
 
 @dataclass(frozen=True)
 class Phase:
@@ -82,10 +91,15 @@ class Phase:
         where = f"phase {self.name!r}"
         if not isinstance(self.name, str) or not self.name:
             raise ConfigError(f"phase name = {self.name!r}: must be a non-empty string")
-        if not _finite(self.rate_rps) or self.rate_rps < 0:
-            raise ConfigError(f"{where}: rate_rps = {self.rate_rps!r}: must be a number >= 0")
-        if not _finite(self.duration_s) or self.duration_s <= 0:
-            raise ConfigError(f"{where}: duration_s = {self.duration_s!r}: must be a number > 0")
+        if not _finite(self.rate_rps) or self.rate_rps < 0 or self.rate_rps > MAX_RATE_RPS:
+            raise ConfigError(
+                f"{where}: rate_rps = {self.rate_rps!r}: must be a number >= 0 and <= {MAX_RATE_RPS:g}"
+            )
+        if not _finite(self.duration_s) or self.duration_s <= 0 or self.duration_s > MAX_DURATION_S:
+            raise ConfigError(
+                f"{where}: duration_s = {self.duration_s!r}: must be a number > 0 and <= "
+                f"{MAX_DURATION_S:.0f} (30 days)"
+            )
         if self.arrival not in ARRIVAL_KINDS:
             raise ConfigError(
                 f"{where}: arrival = {self.arrival!r}: must be one of {', '.join(ARRIVAL_KINDS)}"
@@ -118,6 +132,7 @@ class Schedule:
             if p.name in seen:
                 raise ConfigError(f"schedule: phases[{i}].name = {p.name!r}: must be unique")
             seen.add(p.name)
+        _check_size(self, "schedule")
 
     @classmethod
     def constant(
@@ -179,8 +194,10 @@ def parse_schedule(data: Any, source: str = "schedule") -> Schedule:
         if name in names:
             raise sec.fail("name", name, f"must be unique (phases[{names[name]}] has it too)")
         names[name] = i
-        rate_rps = sec.float("rate_rps", min=0.0)
+        rate_rps = sec.float("rate_rps", min=0.0, max=MAX_RATE_RPS)
         duration_s = sec.float("duration_s", min=0.0, min_exclusive=True)
+        if duration_s > MAX_DURATION_S:
+            raise sec.fail("duration_s", duration_s, f"must be <= {MAX_DURATION_S:.0f} (30 days)")
         arrival = sec.str("arrival", "poisson", choices=ARRIVAL_KINDS)
         if arrival == "bursty":
             burst_size = sec.int("burst_size", DEFAULT_BURST_SIZE, min=1)
@@ -191,7 +208,19 @@ def parse_schedule(data: Any, source: str = "schedule") -> Schedule:
         sec.done()
         phases.append(Phase(name, rate_rps, duration_s, arrival, burst_size))
     top.done()
+    _check_size(phases, source)
     return Schedule(tuple(phases))
+
+
+def _check_size(phases: Schedule | Sequence[Phase], source: str) -> None:
+    if isinstance(phases, Schedule):
+        phases = phases.phases
+    total = math.fsum(p.expected_requests for p in phases)
+    if total > MAX_REQUESTS:
+        raise ConfigError(
+            f"{source}: phases: {total:.3g} requests in all (rate_rps x duration_s): at most "
+            f"{MAX_REQUESTS:g}; shorten the phases or lower their rates"
+        )
 
 
 def load_schedule(path: str | Path) -> Schedule:
@@ -223,18 +252,19 @@ def schedule_from_options(
                               "its own durations", field="duration", value=duration_s)
         return load_schedule(path)
     assert rate_rps is not None
-    if not (_finite(rate_rps) and (rate_rps > 0 or (allow_idle and rate_rps == 0))):
-        raise ConfigError(f"rate = {rate_rps:g}: must be {'>=' if allow_idle else '>'} 0 requests/s",
-                          field="rate", value=rate_rps)
+    if not (_finite(rate_rps) and (rate_rps > 0 or (allow_idle and rate_rps == 0))
+            and rate_rps <= MAX_RATE_RPS):
+        raise ConfigError(f"rate = {rate_rps:g}: must be {'>=' if allow_idle else '>'} 0 and <= "
+                          f"{MAX_RATE_RPS:g} requests/s", field="rate", value=rate_rps)
     if requests is not None:
         if requests < 1:
             raise ConfigError(f"requests = {requests}: must be >= 1", field="requests", value=requests)
         duration_s = requests / rate_rps
     if duration_s is None:
         raise ConfigError("a rate needs a duration in seconds", field="duration")
-    if not (_finite(duration_s) and duration_s > 0):
-        raise ConfigError(f"duration = {duration_s:g}: must be > 0 seconds", field="duration",
-                          value=duration_s)
+    if not (_finite(duration_s) and 0 < duration_s <= MAX_DURATION_S):
+        raise ConfigError(f"duration = {duration_s:g}: must be > 0 and <= {MAX_DURATION_S:.0f} seconds "
+                          "(30 days)", field="duration", value=duration_s)
     if burst_size:
         if burst_size < 1:
             raise ConfigError(f"bursty = {burst_size}: must be a burst size >= 1", field="bursty",

@@ -16,6 +16,7 @@ from autobatch.schedule import (
     arrivals,
     load_schedule,
     parse_schedule,
+    schedule_from_options,
 )
 
 from ..conftest import ROOT
@@ -48,6 +49,12 @@ P = {"name": "a", "rate_rps": 10, "duration_s": 1}
         (phases({"rate_rps": 1, "duration_s": 1}), "phases[0].name: required field is missing"),
         (phases({**P, "duration_s": None}), "phases[0].duration_s: required field is missing"),
         (phases(P, {**P, "rate_rps": 5}), "phases[1].name = 'a': must be unique (phases[0] has it too)"),
+        # Bounds: past them the arrivals cannot be drawn (numpy refused) or take for ever to run.
+        (phases({**P, "rate_rps": 1.0e300}), "s.yaml: phases[0].rate_rps = 1e+300: must be <= 1e+07"),
+        (phases({**P, "duration_s": 1.0e9}),
+         "s.yaml: phases[0].duration_s = 1000000000.0: must be <= 2592000 (30 days)"),
+        (phases({**P, "rate_rps": 1e7, "duration_s": 1000}),
+         "s.yaml: phases: 1e+10 requests in all (rate_rps x duration_s): at most 1e+09"),
         (
             phases({**P, "arrival": "gamma"}),
             "phases[0].arrival = 'gamma': must be one of poisson, uniform, bursty",
@@ -91,6 +98,11 @@ def test_bad_schedules_are_one_line_errors(data: object, message: str) -> None:
             "schedule: phases[1].name = 'a': must be unique",
         ),
         (lambda: Schedule.constant(-3, 10), "rate_rps = -3: must be a number >= 0"),
+        (lambda: Phase("a", 1e8, 1), "phase 'a': rate_rps = 100000000.0: must be a number >= 0 and <= 1e+07"),
+        (lambda: Phase("a", 1, 1e9), "duration_s = 1000000000.0: must be a number > 0 and <= 2592000"),
+        (lambda: Schedule.constant(1e7, 1e3), "schedule: phases: 1e+10 requests in all"),
+        (lambda: schedule_from_options(rate_rps=1e300, duration_s=1), "rate = 1e+300: must be >= 0 and <="),
+        (lambda: schedule_from_options(rate_rps=1, duration_s=1e9), "duration = 1e+09: must be > 0 and"),
     ],
 )
 def test_constructors_validate(make, message: str) -> None:
