@@ -280,3 +280,26 @@ def test_phase_schedule_constant_matches_poisson_constructor():
     a = Workload.poisson(100, 3, seed=5)
     b = Workload.from_schedule(Schedule((Phase("poisson", 100, 3),)), seed=5)
     np.testing.assert_array_equal(a.t_s, b.t_s)
+
+
+@pytest.mark.parametrize(
+    ("timer", "until"),
+    [(0.0, 1e6), (0.3, 0.3), (1 / 3, 7.0), (1e-9, 2.6e6), (2.0**20 - 0.1, 2.0**22 + 0.3), (7.25, 7.2)],
+)
+def test_the_idle_timer_skip_lands_where_ticking_does(timer, until):
+    from autobatch.plan.simulator.engines.triton import next_tick
+
+    ticked = timer
+    while ticked < until:
+        ticked += 0.5
+    assert next_tick(timer, until, 0.5) == ticked  # the same float, not a close one
+
+
+@pytest.mark.parametrize("engine", ["triton", "rules", "general"])
+def test_a_long_idle_gap_and_a_huge_max_batch_size_run_at_once(engine):
+    # 30 days of idle between two requests was 5 million turns of the idle timer, and a
+    # max_batch_size of 2**31-1 (Triton's int32) a table of 2**31 entries: the test's
+    # timeout is the assertion.
+    w = work(0.0, 2_592_000_000.0 - 20.0, 2_592_000_000.0)
+    res = simulate(prof((), mbs=2**31 - 1, delay_us=0), ServiceModel(FLAT_10MS), w, engine=engine)
+    assert res.completed == 3 and res.latency.max_ms == pytest.approx(10.0)

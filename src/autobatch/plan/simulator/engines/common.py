@@ -54,21 +54,24 @@ class Rules:
     """Sorted; an empty ``preferred_batch_size`` is ``[max_batch_size]``, as Triton
     fills it in when it loads the config (``model_config_utils.cc``)."""
     best_tab: tuple[int, ...]
-    """For k rows (0..max_batch_size): the largest preferred size <= k, 0 if none."""
+    """For k rows (0..max_batch_size, or to the ``rows_cap`` :meth:`of` was given): the
+    largest preferred size <= k, 0 if none."""
     next_tab: tuple[int, ...]
     """For k rows: the smallest preferred size > k, 0 if none."""
 
     @classmethod
-    def of(cls, profile: Profile) -> Rules:
+    def of(cls, profile: Profile, rows_cap: int | None = None) -> Rules:
+        """``rows_cap``: no batch will hold more rows than this (the workload's rows in
+        all), so the tables stop there: a max_batch_size of 2**31-1 costs nothing."""
         mbs = profile.max_batch_size
+        top = mbs if rows_cap is None else max(0, min(mbs, rows_cap))
         pref = tuple(sorted(profile.effective_preferred))
         best = []
         nxt = []
-        for k in range(mbs + 1):
-            below = [p for p in pref if p <= k]
-            above = [p for p in pref if p > k]
-            best.append(below[-1] if below else 0)
-            nxt.append(above[0] if above else 0)
+        for k in range(top + 1):
+            i = bisect.bisect_right(pref, k)  # pref[:i] are <= k, pref[i:] above it
+            best.append(pref[i - 1] if i else 0)
+            nxt.append(pref[i] if i < len(pref) else 0)
         return cls(mbs, profile.max_queue_delay_us / 1e6, pref, tuple(best), tuple(nxt))
 
     @property
@@ -165,6 +168,7 @@ class Service:
 
     @classmethod
     def of(cls, service: ServiceModel, max_batch_size: int) -> Service:
+        """``max_batch_size``: the largest batch the run can form (the table's end)."""
         curve = (0.0,) + tuple(service.curve_ms(b) / 1000.0 for b in range(1, max_batch_size + 1))
         return cls(curve, service.batch_overhead_ms / 1000.0, service.request_overhead_ms / 1000.0)
 

@@ -10,6 +10,31 @@ from autobatch.plan.simulator.engines.common import SLOT_POLL_S, Rules, Service,
 from autobatch.plan.simulator.engines.rules import Batches
 
 
+def next_tick(timer: float, until: float, step: float) -> float:
+    """The first of ``timer``, ``timer + step``, ``(timer + step) + step``, ... that is >=
+    ``until``: the same float the loop that adds ``step`` once per tick reaches.
+
+    Within one binade adding ``step`` is exact (both are multiples of the ulp while
+    it is <= ``step``), so many ticks there are one multiplication; the rounding
+    at each binade's end is done as the loop does it, one tick at a time.
+    """
+    if not (until < math.inf) or math.frexp(step)[0] != 0.5:  # exact only for a power of 2
+        while timer < until:
+            timer += step
+        return timer
+    while timer < until:
+        _, e = math.frexp(timer)  # timer in [2**(e-1), 2**e)
+        if timer > 0 and math.ldexp(1.0, e - 53) <= step:
+            in_binade = math.ceil((math.ldexp(1.0, e) - timer) / step) - 1  # stay < 2**e
+            needed = math.ceil((until - timer) / step)  # may be one off: one fewer is safe
+            k = min(in_binade, needed - 1)
+            if k > 0:
+                timer += k * step
+                continue
+        timer += step
+    return timer
+
+
 def run_triton(
     t: list[float],
     rows: list[int] | None,
@@ -116,7 +141,11 @@ def run_triton(
                 next_pref = 0
             queued = adm - head
             if queued == 0:
-                timer = now + idle_wait_s
+                # Each 500 ms tick of an empty queue only sets the next: skip those before
+                # the next arrival or finished batch in one step (a long idle gap in a
+                # trace or a schedule was millions of turns of this loop).
+                timer = next_tick(now + idle_wait_s, min(t[adm] if adm < n else inf,
+                                                         busy_heap[0] if busy_heap else inf), idle_wait_s)
                 break
             if len(waiting) >= cap:
                 break  # waits for a slot: the next payload an instance takes wakes it
