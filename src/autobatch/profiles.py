@@ -43,6 +43,21 @@ __all__ = [
 ]
 
 TIMEOUT_ACTIONS = ("REJECT", "DELAY")
+
+INT32_MAX = 2**31 - 1
+UINT32_MAX = 2**32 - 1
+UINT64_MAX = 2**64 - 1
+FIELD_MAX = {
+    "max_batch_size": (INT32_MAX, "an int32"),
+    "dynamic_batching.max_queue_delay_microseconds": (UINT64_MAX, "a uint64"),
+    "dynamic_batching.priority_levels": (UINT64_MAX, "a uint64"),
+    "default_timeout_microseconds": (UINT64_MAX, "a uint64"),
+    "max_queue_size": (UINT32_MAX, "a uint32"),
+    "instance_group.count": (INT32_MAX, "an int32"),
+}
+"""The largest value of each integer field, from its type in Triton's model config
+(``model_config.proto``): what rendering the profile would refuse, refused when it
+is read instead (a unit test holds this table to the proto)."""
 INSTANCE_KINDS = ("KIND_AUTO", "KIND_CPU", "KIND_GPU", "KIND_MODEL")
 
 
@@ -89,10 +104,28 @@ class Profile:
     def _fail(self, field_path: str, value: Any, allowed: str) -> ProfileError:
         return ProfileError.field_error(self.source, field_path, value, allowed)  # type: ignore[return-value]
 
+    def _at_most(self, name: str, value: int, where: str = "") -> None:
+        top, kind = FIELD_MAX[name]
+        if value > top:
+            raise self._fail(f"{where}.{name}" if where else name, value,
+                             f"must be <= {top} (Triton's field is {kind})")
+
     def check(self) -> None:
         """Triton's own rules for a dynamic-batching config, checked locally."""
         if self.max_batch_size < 1:
             raise self._fail("max_batch_size", self.max_batch_size, "must be >= 1 to batch")
+        self._at_most("max_batch_size", self.max_batch_size)
+        self._at_most("dynamic_batching.max_queue_delay_microseconds", self.max_queue_delay_us)
+        self._at_most("dynamic_batching.priority_levels", self.priority_levels)
+        policies_by_path = [("dynamic_batching.default_queue_policy", self.default_queue_policy)] + [
+            (f"dynamic_batching.priority_queue_policy.{k}", p) for k, p in self.priority_queue_policy.items()
+        ]
+        for where, policy in policies_by_path:
+            if policy is not None:
+                self._at_most("default_timeout_microseconds", policy.default_timeout_microseconds, where)
+                self._at_most("max_queue_size", policy.max_queue_size, where)
+        if self.instance_count is not None:
+            self._at_most("instance_group.count", self.instance_count)
         seen: set[int] = set()
         for i, size in enumerate(self.preferred_batch_size):
             if not 1 <= size <= self.max_batch_size:
@@ -288,7 +321,9 @@ def profile_from_mapping(data: Any, source: str, model: str | None = None) -> Pr
         count = ig.int("count", None, min=1)
         kind = ig.str("kind", None, choices=INSTANCE_KINDS)
         ig.done()
-    sec.raw("description", "")
+    description = sec.raw("description", "")
+    if not isinstance(description, str):
+        raise sec.fail("description", description, "must be a string (a note for people reading the file)")
     sec.done()
     return Profile(
         name=name,

@@ -74,6 +74,21 @@ def test_shipped_profiles_load_and_include_the_ladder_ends(model):
         (GOOD.replace("dynamic_batching:", "dynamic_batchin:"),
          "dynamic_batching: required field is missing (found 'dynamic_batchin': a typo?)"),
         ("name: [p\n", "not valid YAML (line 2, column 1)"),
+        # Past the field's type in Triton's model config: render refused them, simulate
+        # accepted them (and a max_batch_size of 1e13 hung it).
+        (GOOD.replace("max_batch_size: 16", "max_batch_size: 10000000000000"),
+         "max_batch_size = 10000000000000: must be <= 2147483647 (Triton's field is an int32)"),
+        (GOOD.replace("2000", "100000000000000000000000"),
+         "dynamic_batching.max_queue_delay_microseconds = 100000000000000000000000: must be <= "
+         "18446744073709551615 (Triton's field is a uint64)"),
+        (GOOD + "  default_queue_policy: {max_queue_size: 4294967296}\n",
+         "dynamic_batching.default_queue_policy.max_queue_size = 4294967296: must be <= 4294967295"),
+        (GOOD + "  priority_levels: 1\n  default_priority_level: 1\n"
+         "  priority_queue_policy: {1: {default_timeout_microseconds: 18446744073709551616}}\n",
+         "dynamic_batching.priority_queue_policy.1.default_timeout_microseconds = 18446744073709551616: "
+         "must be <="),
+        (GOOD + "instance_group: {count: 2147483648}\n", "instance_group.count = 2147483648: must be <="),
+        (GOOD + "description: [1, 2]\n", "description = [1, 2]: must be a string"),
     ],
 )
 def test_bad_profiles_name_file_field_value_and_rule(tmp_path, body, message):
@@ -84,6 +99,28 @@ def test_bad_profiles_name_file_field_value_and_rule(tmp_path, body, message):
     assert text.startswith(str(path))
     assert message in text
     assert "\n" not in text
+
+
+def test_the_largest_values_are_the_proto_types_and_render(tmp_path):
+    """A profile check refuses exactly what rendering into Triton's config refuses."""
+    from google.protobuf.descriptor import FieldDescriptor as F
+    from tritonclient.grpc import model_config_pb2 as m
+
+    from autobatch.profiles import FIELD_MAX
+
+    top = {F.TYPE_INT32: 2**31 - 1, F.TYPE_UINT32: 2**32 - 1, F.TYPE_UINT64: 2**64 - 1}
+    where = {"max_batch_size": m.ModelConfig, "count": m.ModelInstanceGroup,
+             "max_queue_delay_microseconds": m.ModelDynamicBatching,
+             "priority_levels": m.ModelDynamicBatching,
+             "default_timeout_microseconds": m.ModelQueuePolicy, "max_queue_size": m.ModelQueuePolicy}
+    for path, (most, _) in FIELD_MAX.items():
+        name = path.rsplit(".", 1)[-1]
+        assert top[where[name].DESCRIPTOR.fields_by_name[name].type] == most, path
+    at_most = (f"name: p\nmax_batch_size: {2**31 - 1}\ndynamic_batching:\n"
+               f"  max_queue_delay_microseconds: {2**64 - 1}\n"
+               f"  default_queue_policy: {{max_queue_size: {2**32 - 1}}}\n")
+    prof = load_profile(write(tmp_path, at_most))
+    assert f"max_batch_size: {2**31 - 1}" in render_pbtxt(prof.merge_into(_base_config()))
 
 
 def test_good_profile_fields():

@@ -57,7 +57,7 @@ from autobatch.plan.verdict import (
     candidate_profiles,
     gain_table,
 )
-from autobatch.profiles import Profile
+from autobatch.profiles import INT32_MAX, Profile
 from autobatch.schedule import Phase, Schedule
 
 __all__ = [
@@ -335,10 +335,11 @@ def make_plan(
     ``priority_mix`` (level -> share of requests: 1 urgent, 2 batchable) adds
     two priority lanes on the candidate with the SLO's wait (:mod:`autobatch.plan.lanes`).
     """
-    if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or (
-        max_batch_size < 1
+    if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or not (
+        1 <= max_batch_size <= INT32_MAX
     ):
-        raise ConfigError(f"max_batch_size = {max_batch_size!r}: must be an integer >= 1")
+        raise ConfigError(f"max_batch_size = {max_batch_size!r}: must be an integer >= 1 and <= "
+                          f"{INT32_MAX} (Triton's field is an int32)")
     if isinstance(instances, bool) or not isinstance(instances, int) or instances < 1:
         raise ConfigError(f"instances = {instances!r}: must be an integer >= 1")
     service = ServiceModel(

@@ -69,7 +69,8 @@ def simulate_sessions(
     sid = sid_arr.tolist()
     n = len(t)
     frames = np.bincount(sid_arr, minlength=sessions).tolist()
-    cap = max_batch_size if policy == "batch-waiting" else 1
+    # A batch holds at most one frame per session: no table past that.
+    cap = min(max_batch_size, sessions) if policy == "batch-waiting" else 1
     busy_s = [0.0] + [service.busy_ms(b) / 1000.0 for b in range(1, cap + 1)]
     curve_s = [0.0] + [service.curve_ms(b) / 1000.0 for b in range(1, cap + 1)]
     noise = [1.0] * n

@@ -48,9 +48,11 @@ def _level_map(profile: Profile, workload: Workload) -> tuple[list[int], dict[in
             f"(the profile's priority_levels)"
         )
     level_of = np.where(prio == 0, default, prio).tolist()
+    # Only the levels some request has: an empty level's queue changes nothing, and
+    # Triton allows priority_levels up to 2**64-1.
     table = {
         lv: _policy(profile.priority_queue_policy.get(lv, profile.default_queue_policy))
-        for lv in range(1, levels + 1)
+        for lv in sorted(set(level_of))
     }
     return level_of, table
 
@@ -156,7 +158,7 @@ def simulate(
     priorities: tuple[PriorityResult, ...] = ()
     if levels_of is not None and profile.priority_levels > 0:
         prio_rows = []
-        for lv in range(1, profile.priority_levels + 1):
+        for lv in sorted(levels):
             mask = levels_of == lv
             if not mask.any():
                 continue

@@ -144,8 +144,12 @@ def run_triton(
                 # Each 500 ms tick of an empty queue only sets the next: skip those before
                 # the next arrival or finished batch in one step (a long idle gap in a
                 # trace or a schedule was millions of turns of this loop).
-                timer = next_tick(now + idle_wait_s, min(t[adm] if adm < n else inf,
-                                                         busy_heap[0] if busy_heap else inf), idle_wait_s)
+                timer = now + idle_wait_s
+                nxt = t[adm] if adm < n else inf
+                if busy_heap and busy_heap[0] < nxt:
+                    nxt = busy_heap[0]
+                if timer < nxt:
+                    timer = next_tick(timer, nxt, idle_wait_s)
                 break
             if len(waiting) >= cap:
                 break  # waits for a slot: the next payload an instance takes wakes it
