@@ -165,8 +165,8 @@ def test_without_a_load_half_the_batch1_capacity_is_assumed():
         ({"rate_rps": -1}, "rate = -1"),
         ({"max_batch_size": 0}, "max_batch_size = 0"),
         # Triton's max_batch_size is an int32; past it a plan's tables hung.
-        ({"max_batch_size": 100_000_000_000}, r"max_batch_size = 100000000000: must be an integer >= 1 and <= "
-                                              r"2147483647 \(Triton's field is an int32\)"),
+        ({"max_batch_size": 100_000_000_000},
+         r"max_batch_size = 100000000000: must be an integer >= 1 and <= 2147483647 \(Triton's field"),
         ({"instances": 0}, "instances = 0"),
     ],
 )
