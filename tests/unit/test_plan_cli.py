@@ -198,3 +198,83 @@ def test_write_curve_round_trips_yaml_and_csv(tmp_path):
 def test_docs_document_the_planner():
     text = (ROOT / "docs" / "planner.md").read_text(encoding="utf-8")
     assert "# The planner" in text
+
+
+def _in_process(capsys, monkeypatch, *args: str) -> tuple[int, str]:
+    """``autobatch ARGS`` in this process: the exit code and stderr. The code under test
+    is the one this test imports (a subprocess of the installed script may not be)."""
+    import sys
+
+    from autobatch.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["autobatch", *args])
+    monkeypatch.setenv("COLUMNS", "200")
+    with pytest.raises(SystemExit) as info:
+        main()
+    return info.value.code, capsys.readouterr().err
+
+
+DENSE = str(CURVES / "dense_mlp-cpu.yaml")
+SIM = ["simulate", "--curve", DENSE, "--rate", "10", "--duration", "1"]
+PLAN = ["plan", "--curve", DENSE, "--slo-p99-ms", "60", "--network-ms", "2", "--rate", "50"]
+AGGRESSIVE = str(PROFILES / "dense_mlp" / "aggressive.yaml")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        # Crashed with a traceback from numpy.
+        (SIM + ["--seed", "-1"], "--seed = -1: must be an integer >= 0"),
+        (PLAN + ["--seed", "-1"], "--seed = -1: must be an integer >= 0"),
+        (SIM + ["--priority-mix", "1:nan,2:1"], "priority_mix share of level 1 = nan: must be a number >= 0"),
+        (SIM + ["--priority-mix", "1:0.5,1:0.5"], "--priority-mix = '1:0.5,1:0.5': level 1 is given twice"),
+        (SIM + ["--rows", "99999999999999999999"], "rows = 99999999999999999999: must be"),
+        # Hung.
+        (SIM + ["--max-batch-size", "100000000000"],
+         "command line: max_batch_size = 100000000000: must be <= 2147483647"),
+        (PLAN + ["--max-batch-size", "100000000000"], "max_batch_size = 100000000000: must be an integer"),
+        # Named the converted field, not the option given.
+        (SIM + ["--burst-gap-us", "-5"], "--burst-gap-us = -5: must be >= 0 (microseconds)"),
+        (PLAN[:5] + ["--network-ms", "-2"], "--network-ms = -2: must be >= 0 (milliseconds)"),
+        # Silently ignored.
+        (["simulate", "--curve", DENSE, "--schedule", str(ROOT / "examples" / "schedules" / "step.yaml"),
+          "--duration", "-5"], "--duration does not go with --schedule"),
+        (SIM + ["--fps", "30"], "--fps goes only with --sessions"),
+        (SIM + ["--trace-model", "m"], "--trace-model goes only with --trace"),
+        (SIM + ["--preferred", "64", "--profile", AGGRESSIVE], "--preferred does not go with --profile"),
+        (SIM + ["--max-batch-size", "8", "--profile", AGGRESSIVE],
+         "--max-batch-size does not go with --profile"),
+    ],
+)
+def test_bad_simulate_and_plan_options_are_one_line_and_exit_2(capsys, monkeypatch, args, message):
+    code, err = _in_process(capsys, monkeypatch, *args)
+    assert code == 2 and message in err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("t.csv", "time_s,rows\n0,99999999999999999999\n", "t.csv:2: rows = 99999999999999999999"),
+        ("t.jsonl", '{"time_s": 0}\n{"time_s": 1e9}\n', "t.jsonl:2: time_s = 1000000000.0: 1e+09 s after"),
+        ("t.json", '[{"id": [1], "model_name": "m", "timestamps": [{"name": "REQUEST_START", "ns": 5}]}]',
+         "t.json: entry 0: id = [1]: must be an integer or a string"),
+        ("s.yaml", "phases: [{name: a, rate_rps: 1.0e+300, duration_s: 10}]",
+         "s.yaml: phases[0].rate_rps = 1e+300: must be <= 1e+07"),
+        ("s.yaml", "phases: [{name: a, rate_rps: 1, duration_s: 1}, {name: idle, rate_rps: 0, "
+                   "duration_s: 1.0e+9}, {name: b, rate_rps: 1, duration_s: 1}]",
+         "s.yaml: phases[1].duration_s = 1000000000.0: must be <= 2592000 (30 days)"),
+        ("p.yaml", "name: p\nmax_batch_size: 10000000000000\ndynamic_batching: {}\n",
+         "p.yaml: max_batch_size = 10000000000000: must be <= 2147483647"),
+    ],
+)
+def test_bad_files_to_simulate_are_one_line_and_exit_2(tmp_path, capsys, monkeypatch, name, text, message):
+    path = tmp_path / name
+    path.write_text(text)
+    option = {"t": "--trace", "s": "--schedule", "p": "--profile"}[name[0]]
+    args = ["simulate", "--curve", DENSE, option, str(path)]
+    if option == "--profile":
+        args += ["--rate", "10", "--duration", "1"]
+    code, err = _in_process(capsys, monkeypatch, *args)
+    assert code == 2 and message in err
+    assert len(err.strip().splitlines()) == 1, err

@@ -168,11 +168,18 @@ def test_without_a_load_half_the_batch1_capacity_is_assumed():
         ({"max_batch_size": 100_000_000_000},
          r"max_batch_size = 100000000000: must be an integer >= 1 and <= 2147483647 \(Triton's field"),
         ({"instances": 0}, "instances = 0"),
+        ({"seed": -1}, "seed = -1: must be an integer >= 0"),
     ],
 )
 def test_bad_plan_inputs(kwargs, message):
     with pytest.raises(ConfigError, match=message):
         make_plan(load_curve(CURVES / "laptop-512x288-fp16.yaml"), 100, 10, **{**FAST, **kwargs})
+
+
+def test_a_negative_network_overhead_is_named_as_the_slo_names_it():
+    # It was "fixed_latency_ms = -2.0", the simulator's name for it.
+    with pytest.raises(ConfigError, match=r"^network_ms = -2: must be a number >= 0$"):
+        make_plan(load_curve(CURVES / "laptop-512x288-fp16.yaml"), 100, -2, rate_rps=10, **FAST)
 
 
 def test_the_recommendation_is_the_objective_least_device_time_within_the_slo():

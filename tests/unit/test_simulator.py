@@ -267,6 +267,26 @@ def test_bad_workloads(kwargs, message):
         Workload(**kwargs)
 
 
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        # numpy's "expected non-negative integer" and "probabilities contain NaN" were tracebacks.
+        (lambda: Workload.poisson(10, 1, seed=-1), r"seed = -1: must be an integer >= 0"),
+        (lambda: Workload.streams(2, 30, 1, seed=-1), r"seed = -1: must be an integer >= 0"),
+        (lambda: simulate(prof(), ServiceModel(FLAT_10MS), work(0), seed=-1), r"seed = -1: must be"),
+        (lambda: Workload.poisson(10, 1, priority_mix={1: float("nan"), 2: 1.0}),
+         r"priority_mix share of level 1 = nan: must be a number >= 0"),
+        (lambda: Workload.poisson(10, 1, priority_mix={1: float("inf"), 2: 1.0}),
+         r"priority_mix share of level 1 = inf: must be a number >= 0"),
+        (lambda: Workload.poisson(10, 1, priority_mix={-1: 1.0}), r"priority_mix level -1: must be"),
+        (lambda: Workload.poisson(10, 1, priority_mix={1: 0.0}), r"priority_mix = \{1: 0.0\}: .* not all 0"),
+    ],
+)
+def test_bad_seeds_and_priority_mixes(make, message):
+    with pytest.raises(ConfigError, match=message):
+        make()
+
+
 def test_bad_service_and_engine():
     with pytest.raises(ConfigError, match="batch_overhead_ms = -1"):
         ServiceModel(FLAT_10MS, batch_overhead_ms=-1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -20,12 +21,32 @@ def _priority_mix(text: str | None) -> dict[int, float] | None:
     for part in text.split(","):
         level, _, share = part.partition(":")
         try:
-            mix[int(level)] = float(share)
+            lv, sh = int(level), float(share)
         except ValueError:
             raise ConfigError(
                 f"--priority-mix = {text!r}: must look like 1:0.2,2:0.8 (level:share, ...)"
             ) from None
+        if lv in mix:
+            raise ConfigError(f"--priority-mix = {text!r}: level {lv} is given twice")
+        mix[lv] = sh
+    from autobatch.plan.simulator.workload import check_priority_share
+
+    for lv, sh in mix.items():
+        check_priority_share(lv, sh)  # the library's check (plan's lanes use it too)
     return mix
+
+
+def _seed(seed: int) -> int:
+    if seed < 0:
+        raise ConfigError(f"--seed = {seed}: must be an integer >= 0")
+    return seed
+
+
+def _at_least_0(option: str, value: float, unit: str) -> float:
+    """Checked as the user gave it, before any conversion renames or rescales it."""
+    if not (math.isfinite(value) and value >= 0):
+        raise ConfigError(f"{option} = {value:g}: must be >= 0 ({unit})")
+    return value
 
 
 @app.command()
@@ -35,10 +56,16 @@ def simulate(
         Path | None, typer.Option(help="Profile YAML; or give --preferred/--max-batch-size/--delay-us.")
     ] = None,
     preferred: Annotated[str, typer.Option(help="Preferred batch sizes, comma-separated.")] = "",
-    max_batch_size: Annotated[int, typer.Option(help="Max batch size (without --profile).")] = 32,
-    delay_us: Annotated[int, typer.Option(help="max_queue_delay_microseconds (without --profile).")] = 0,
+    max_batch_size: Annotated[
+        int | None, typer.Option(help="Max batch size (without --profile) [32].")
+    ] = None,
+    delay_us: Annotated[
+        int | None, typer.Option(help="max_queue_delay_microseconds (without --profile) [0].")
+    ] = None,
     rate: Annotated[float | None, typer.Option(help="Poisson arrival rate, requests/s.")] = None,
-    duration: Annotated[float, typer.Option(help="Seconds of arrivals at --rate.")] = 60.0,
+    duration: Annotated[
+        float | None, typer.Option(help="Seconds of arrivals at --rate, or of --sessions [60].")
+    ] = None,
     requests: Annotated[
         int | None, typer.Option(help="Instead of --duration: this many requests at --rate.")
     ] = None,
@@ -107,6 +134,29 @@ def simulate(
     from autobatch.profiles import Profile, load_profile
     from autobatch.traces import parse_rows
 
+    _seed(seed)
+    _at_least_0("--burst-gap-us", burst_gap_us, "microseconds")
+    # Options the chosen workload or profile would silently ignore: one line naming both.
+    for option, on, other, given, why in (
+        ("--duration", duration is not None, "--schedule", schedule is not None,
+         "a schedule file sets its own durations"),
+        ("--duration", duration is not None, "--trace", trace is not None,
+         "a trace brings its own arrival times"),
+        ("--preferred", bool(preferred), "--profile", profile is not None, "the profile file sets it"),
+        ("--max-batch-size", max_batch_size is not None, "--profile", profile is not None,
+         "the profile file sets it"),
+        ("--delay-us", delay_us is not None, "--profile", profile is not None, "the profile file sets it"),
+    ):
+        if on and given:
+            raise ConfigError(f"{option} does not go with {other}: {why}")
+    for option, on, needs, given in (
+        ("--fps", fps is not None, "--sessions", sessions is not None),
+        ("--trace-model", trace_model is not None, "--trace", trace is not None),
+    ):
+        if on and not given:
+            raise ConfigError(f"{option} goes only with {needs}: give {needs} or leave {option} out")
+    duration = 60.0 if duration is None else duration
+    max_batch_size = 32 if max_batch_size is None else max_batch_size
     service = ServiceModel(
         load_curve(curve),
         batch_overhead_ms=batch_overhead_ms,
@@ -138,7 +188,7 @@ def simulate(
             name="cli",
             max_batch_size=max_batch_size,
             preferred_batch_size=int_list("--preferred", preferred) if preferred else (),
-            max_queue_delay_us=delay_us,
+            max_queue_delay_us=0 if delay_us is None else delay_us,
             source="command line",
         )
     work = build_workload(
@@ -224,6 +274,8 @@ def plan(
     from autobatch.profiles import write_profiles as write_profile_files
     from autobatch.schedule import load_schedule
 
+    _seed(seed)
+    _at_least_0("--network-ms", network_ms, "milliseconds")
     result = make_plan(
         load_curve(curve),
         slo_p99_ms,

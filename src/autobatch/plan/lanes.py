@@ -44,7 +44,6 @@ Pure: values in, values out.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -53,6 +52,7 @@ import numpy as np
 
 from autobatch.errors import ConfigError
 from autobatch.plan.simulator import ServiceModel, Workload, simulate
+from autobatch.plan.simulator.workload import check_priority_share
 from autobatch.profiles import Profile
 from autobatch.stats import LatencyStats
 
@@ -74,10 +74,7 @@ def check_lane_mix(mix: Mapping[int, float]) -> dict[int, float]:
         if level not in (0, URGENT_LEVEL, BATCHABLE_LEVEL):
             raise ConfigError(f"priority_mix level {level!r}: a two-lane plan has levels 1 (urgent) "
                               f"and 2 (batchable), {allowed}")
-        if isinstance(share, bool) or not isinstance(share, (int, float)) or not (
-            math.isfinite(share) and share >= 0
-        ):
-            raise ConfigError(f"priority_mix share of level {level} = {share!r}: must be a number >= 0")
+        check_priority_share(level, share)
         out[int(level)] = float(share)
     urgent = out.get(URGENT_LEVEL, 0.0)
     batchable = out.get(BATCHABLE_LEVEL, 0.0) + out.get(0, 0.0)

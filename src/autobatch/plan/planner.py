@@ -40,10 +40,12 @@ from autobatch.errors import ConfigError
 from autobatch.plan.lanes import Lanes, plan_lanes
 from autobatch.plan.sessions import SESSION_POLICIES, SessionsResult, simulate_sessions
 from autobatch.plan.simulator import ServiceModel, SimResult, Workload, simulate
+from autobatch.plan.simulator.workload import check_seed
 from autobatch.plan.slo import (
     ARTICLE_EXAMPLE,
     DEFAULT_MARGIN_FRAC,
     Budget,
+    check_slo_inputs,
     largest_fitting_batch,
     queue_budget,
 )
@@ -342,6 +344,10 @@ def make_plan(
                           f"{INT32_MAX} (Triton's field is an int32)")
     if isinstance(instances, bool) or not isinstance(instances, int) or instances < 1:
         raise ConfigError(f"instances = {instances!r}: must be an integer >= 1")
+    check_seed(seed)
+    # network_ms is the SLO's own: checked (and named) as that, before it becomes the
+    # simulator's fixed_latency_ms.
+    check_slo_inputs(slo_p99_ms, network_ms, margin_frac)
     service = ServiceModel(
         curve,
         batch_overhead_ms=batch_overhead_ms,

@@ -25,6 +25,7 @@ __all__ = [
     "ARTICLE_EXAMPLE",
     "DEFAULT_MARGIN_FRAC",
     "Budget",
+    "check_slo_inputs",
     "largest_fitting_batch",
     "queue_budget",
 ]
@@ -87,7 +88,8 @@ class Budget:
         }
 
 
-def _check(slo_p99_ms: float, network_ms: float, margin_frac: float) -> None:
+def check_slo_inputs(slo_p99_ms: float, network_ms: float, margin_frac: float) -> None:
+    """The SLO, the network overhead and the margin, each named as the field it is."""
     if not (math.isfinite(slo_p99_ms) and slo_p99_ms > 0):
         raise ConfigError(f"slo_p99_ms = {slo_p99_ms!r}: must be a number > 0")
     if not (math.isfinite(network_ms) and network_ms >= 0):
@@ -109,7 +111,7 @@ def queue_budget(
     >>> queue_budget(100, 10, 50.0, 8).budget_ms
     40.0
     """
-    _check(slo_p99_ms, network_ms, margin_frac)
+    check_slo_inputs(slo_p99_ms, network_ms, margin_frac)
     if batch_size < 1:
         raise ConfigError(f"max_batch_size = {batch_size!r}: must be >= 1")
     if isinstance(batch, BatchCurve):
@@ -147,7 +149,7 @@ def largest_fitting_batch(
     larger one breaks the SLO even if no request ever waits. None when not even
     batch 1 fits.
     """
-    _check(slo_p99_ms, network_ms, margin_frac)
+    check_slo_inputs(slo_p99_ms, network_ms, margin_frac)
     best = None
     for b in range(1, max_batch_size + 1):
         budget = queue_budget(slo_p99_ms, network_ms, curve, b, margin_frac=margin_frac)

@@ -16,7 +16,7 @@ from autobatch.plan.simulator.results import (
     _phase_results,
 )
 from autobatch.plan.simulator.service import ServiceModel
-from autobatch.plan.simulator.workload import Workload
+from autobatch.plan.simulator.workload import Workload, check_seed
 from autobatch.profiles import Profile
 
 __all__ = ["ENGINES", "simulate"]
@@ -89,6 +89,7 @@ def simulate(
     sees simultaneous arrivals together. A request with more rows than
     ``max_batch_size`` is bad input (Triton refuses it).
     """
+    check_seed(seed)
     if instances is None:
         instances = profile.instance_count or 1
     if isinstance(instances, bool) or not isinstance(instances, int) or instances < 1:

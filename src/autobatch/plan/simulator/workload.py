@@ -14,7 +14,15 @@ from autobatch.schedule import Schedule, arrivals, schedule_from_options
 from autobatch.sessions import stream_frames  # the frames of `simulate --sessions` and `load --sessions`
 from autobatch.traces import ArrivalTrace, RowsSpec, draw_rows, read_trace
 
-__all__ = ["SEND_GAP_S", "Workload", "build_workload", "spread_same_times", "stream_frames"]
+__all__ = [
+    "SEND_GAP_S",
+    "Workload",
+    "build_workload",
+    "check_priority_share",
+    "check_seed",
+    "spread_same_times",
+    "stream_frames",
+]
 
 SEND_GAP_S = 60e-6
 """How far apart requests that share a timestamp reach Triton when one client sends
@@ -24,6 +32,22 @@ median 0.42 ms on the 2-core test machine, and the real server then batches it
 as arriving requests, not as a queue that filled at once (``benchmarks/bursts.py``
 measures both). Schedules and traces are spread by this much unless told
 otherwise; 0 models requests that truly queue at one instant."""
+
+
+def check_seed(seed: object) -> None:
+    """A seed numpy takes: an integer >= 0."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ConfigError(f"seed = {seed!r}: must be an integer >= 0", field="seed", value=seed)
+
+
+def check_priority_share(level: object, share: object) -> None:
+    """One ``priority_mix`` entry: a level (an integer >= 0) and its share (a finite number >= 0)."""
+    if isinstance(level, bool) or not isinstance(level, (int, np.integer)) or level < 0:
+        raise ConfigError(f"priority_mix level {level!r}: must be an integer >= 0")
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not (
+        math.isfinite(share) and share >= 0
+    ):
+        raise ConfigError(f"priority_mix share of level {level} = {share!r}: must be a number >= 0")
 
 
 def spread_same_times(t_s: np.ndarray, gap_s: float) -> tuple[np.ndarray, np.ndarray]:
@@ -114,6 +138,7 @@ class Workload:
         ``burst_gap_s``: how far apart the requests of a burst reach the server
         (:data:`SEND_GAP_S`); 0 queues them at one instant.
         """
+        check_seed(seed)
         drawn = arrivals(schedule, np.random.default_rng(seed))
         t, order = spread_same_times(np.array(drawn.t_s, dtype=np.float64), burst_gap_s)
         prio = _priorities(len(t), priority_mix, seed)
@@ -195,6 +220,7 @@ class Workload:
         Every frame is a request (Triton queues them all; the sessions model in
         :mod:`autobatch.plan.sessions` is the one that overwrites stale frames).
         """
+        check_seed(seed)
         t = stream_frames(sessions, fps, duration_s, seed)[0]
         return cls(t_s=t, duration_s=duration_s, label=f"{sessions} streams at {fps:g} fps")
 
@@ -239,9 +265,11 @@ def build_workload(
 def _priorities(n: int, mix: Mapping[int, float] | None, seed: int) -> np.ndarray | None:
     if not mix:
         return None
+    for level, share in mix.items():
+        check_priority_share(level, share)
     levels = sorted(mix)
     weights = np.array([mix[k] for k in levels], dtype=np.float64)
-    if any(k < 0 for k in levels) or np.any(weights < 0) or weights.sum() <= 0:
+    if weights.sum() <= 0:
         raise ConfigError(
             f"priority_mix = {dict(mix)!r}: levels must be >= 0 and shares >= 0, not all 0"
         )
