@@ -31,6 +31,9 @@ from autobatch.errors import ConfigError
 __all__ = ["BatchCurve", "Estimate", "PointKind", "load_curve"]
 
 
+MAX_BATCH_SIZE = 2**31 - 1
+"""The largest batch a curve can describe: Triton's ``max_batch_size`` is an int32."""
+
 class PointKind(str, Enum):
     MEASURED = "measured"
     INTERPOLATED = "interpolated"
@@ -152,14 +155,20 @@ class BatchCurve:
             raise sec.fail("points", raw_points, "must be a non-empty mapping {batch_size: time}")
         scale = {"ms": 1.0, "us": 0.001, "s": 1000.0}[unit]
         points: dict[int, float] = {}
+        spelled: dict[int, Any] = {}
         psec = Section(source, raw_points, "points")
+        allowed = f"batch sizes must be integers >= 1 and <= {MAX_BATCH_SIZE}"
         for key in raw_points:
             try:
                 b = int(key)
             except (TypeError, ValueError):
-                raise psec.fail(str(key), key, "batch sizes must be integers >= 1") from None
-            if b < 1 or str(b) != str(key).strip():
-                raise psec.fail(str(key), key, "batch sizes must be integers >= 1")
+                raise psec.fail(str(key), key, allowed) from None
+            if not 1 <= b <= MAX_BATCH_SIZE or str(b) != str(key).strip():
+                raise psec.fail(str(key), key, allowed)
+            if b in spelled:
+                # 1 and '1' (or ' 1') are one batch size: which time holds is a guess.
+                raise psec.fail(str(key), key, f"batch size {b} is given twice (also as {spelled[b]!r})")
+            spelled[b] = key
             value = psec.float(key, min=0.0, min_exclusive=True)
             points[b] = value * scale
         meta = {k: v for k, v in sec.data.items() if k not in ("name", "unit", "points")}
@@ -191,10 +200,18 @@ def _load_csv(p: Path) -> BatchCurve:
             )
         rows = rows[1:]
     points: dict[str, float] = {}
+    row_of: dict[str, int] = {}
     for i, row in enumerate(rows, start=1):
         if len(row) < 2:
             raise ConfigError(f"{p}: row {i} = {row!r}: needs batch_size,ms", source=str(p))
-        points[row[0].strip()] = _to_float(p, i, row[1])
+        key = row[0].strip()
+        if key in row_of:
+            raise ConfigError(
+                f"{p}: row {i}: batch_size = {key}: given twice (row {row_of[key]} has it too)",
+                source=str(p), field="batch_size", value=key,
+            )
+        row_of[key] = i
+        points[key] = _to_float(p, i, row[1])
     return BatchCurve.from_mapping({"name": p.stem, "points": points}, source=str(p))
 
 

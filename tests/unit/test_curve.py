@@ -68,10 +68,18 @@ def test_best_batch_and_throughput():
         ("points: {1: 2}\nunit: hours", "unit = 'hours': must be one of ms, us, s"),
         ("name: a", "points: required field is missing"),
         ("[1, 2]", "(top level) = [1, 2]: must be a mapping"),
+        # One batch size in two spellings: which time holds was the loader's guess.
+        ("points: {1: 10, '1': 99}", "points.1 = '1': batch size 1 is given twice (also as 1)"),
+        ("points: {'1': 10, ' 1': 99}", "batch size 1 is given twice (also as '1')"),
+        ("points: {2147483648: 10}", "points.2147483648 = 2147483648: batch sizes must be integers >= 1 "
+                                     "and <= 2147483647"),
+        # A repeated CSV row: which time holds was the last row's.
+        ("batch_size,ms\n1,5\n1,500\n2,6\n", "row 2: batch_size = 1: given twice (row 1 has it too)"),
+        ("batch_size,ms\n4294967296,5\n", "batch sizes must be integers >= 1 and <= 2147483647"),
     ],
 )
 def test_bad_curve_files_name_the_field(tmp_path, text, message):
-    path = tmp_path / "c.yaml"
+    path = tmp_path / ("c.csv" if text.startswith("batch_size") else "c.yaml")
     path.write_text(text)
     with pytest.raises(ConfigError) as info:
         load_curve(path)
