@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -109,6 +110,32 @@ class BatchCurve:
             near = lo if batch_size < lo else hi
             ms = pts[near] / near * batch_size
         return Estimate(batch_size, ms, kind)
+
+    def sizes_to_try(self, max_batch_size: int, *, every_up_to: int = 100_000) -> list[int]:
+        """Batch sizes 1..``max_batch_size`` among which any ratio ``b / (A + C * time(b))``
+        (a throughput, with per-batch and per-item overheads) is largest.
+
+        Every size up to ``every_up_to``. Past it (Triton allows 2**31-1), the
+        sizes where the curve's formula changes: the measured sizes, and where an
+        extrapolated line is clamped (it would fall below zero). Between them the
+        estimate is one straight line, along which such a ratio is monotone, so the
+        ends are enough.
+        """
+        if max_batch_size <= every_up_to:
+            return list(range(1, max_batch_size + 1))
+        last = self.sizes[-1]
+        out = set(range(1, min(last, every_up_to) + 2)) | {s for s in self.sizes if s <= max_batch_size}
+        out.add(max_batch_size)
+        if len(self.sizes) > 1:
+            # The two extrapolated lines (below the first size, past the last) are clamped
+            # where they would fall to 0: their formula changes there.
+            for lo, hi in ((self.sizes[0], self.sizes[1]), (self.sizes[-2], self.sizes[-1])):
+                slope = (self.points[hi] - self.points[lo]) / (hi - lo)
+                if slope != 0:
+                    zero = lo - self.points[lo] / slope
+                    if math.isfinite(zero) and abs(zero) < 2**62:
+                        out |= {math.floor(zero) + d for d in (-1, 0, 1, 2)}
+        return sorted(b for b in out if 1 <= b <= max_batch_size)
 
     def ms(self, batch_size: int, *, allow_extrapolation: bool = True) -> float:
         est = self.estimate(batch_size)

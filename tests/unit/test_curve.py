@@ -129,3 +129,23 @@ def test_curve_from_batch_stats_uses_the_delta():
 def test_curve_from_batch_stats_none_without_traffic():
     rows = _stats({1: (10, 50_000_000)})
     assert curve_from_batch_stats(rows, rows) is None
+
+
+@pytest.mark.parametrize(
+    "points",
+    [{1: 7.9, 2: 15.5, 4: 15.7, 32: 33.2}, {1: 10.0}, {4: 2.0, 8: 30.0}, {10: 50.0, 20: 5.0},
+     {3: 9.0, 5: 1.0, 9: 20.0}],
+)
+def test_the_sizes_to_try_hold_the_best_throughput_of_every_size(points):
+    # Past `every_up_to` only the sizes where the estimate changes formula are tried
+    # (a max_batch_size of 2**31-1 was 2**31 estimates); the best is the same.
+    from autobatch.plan.simulator import ServiceModel
+
+    curve = BatchCurve(points)
+    for over in (0.0, 0.5):
+        service = ServiceModel(curve, batch_overhead_ms=over, request_overhead_ms=over / 10)
+        for top in (1, 7, 40, 333):
+            best = max(service.capacity_rps(b) for b in range(1, top + 1))
+            assert max(service.capacity_rps(b) for b in curve.sizes_to_try(top, every_up_to=0)) == best
+    assert len(curve.sizes_to_try(2**31 - 1)) < 100_100
+    assert curve.sizes_to_try(50) == list(range(1, 51))

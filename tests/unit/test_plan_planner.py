@@ -176,6 +176,15 @@ def test_bad_plan_inputs(kwargs, message):
         make_plan(load_curve(CURVES / "laptop-512x288-fp16.yaml"), 100, 10, **{**FAST, **kwargs})
 
 
+@pytest.mark.parametrize("extrapolate", [False, True])
+def test_a_plan_at_tritons_largest_max_batch_size_runs(extrapolate):
+    # Its sweeps looked at every batch size up to it (2**31 estimates): the test's timeout is
+    # the assertion.
+    plan = make_plan(load_curve(CURVES / "dense_mlp-cpu.yaml"), 60, 2, rate_rps=50, max_batch_size=2**31 - 1,
+                     allow_extrapolation=extrapolate, **FAST)
+    assert plan.candidates[0].profile.max_batch_size == 2**31 - 1 and plan.candidates[0].max_rate_rps > 0
+
+
 def test_a_negative_network_overhead_is_named_as_the_slo_names_it():
     # It was "fixed_latency_ms = -2.0", the simulator's name for it.
     with pytest.raises(ConfigError, match=r"^network_ms = -2: must be a number >= 0$"):

@@ -41,7 +41,7 @@ class SweepPoint:
 def _capacity_rps(profile: Profile, service: ServiceModel, instances: int) -> float:
     return max(
         service.capacity_rps(b, instances)
-        for b in range(1, max(profile.effective_preferred) + 1)
+        for b in service.curve.sizes_to_try(max(profile.effective_preferred))
     )
 
 

@@ -169,7 +169,7 @@ def candidate_profiles(
     """
     sizes = [
         b
-        for b in (curve.sizes if not allow_extrapolation else range(1, max_batch_size + 1))
+        for b in (curve.sizes if not allow_extrapolation else curve.sizes_to_try(max_batch_size))
         if b <= max_batch_size
     ] or [1]
     best = max(sizes, key=lambda b: (curve.throughput_rps(b), -b))

@@ -116,11 +116,8 @@ def simulate(
         )
     if engine == "auto":
         engine = "general" if needs_general else "triton"
-    # No batch holds more rows than the whole workload: the tables by row count stop
-    # there, so a huge max_batch_size (Triton allows 2**31-1) builds no huge table.
-    total_rows = int(workload.rows.sum()) if workload.rows is not None else len(workload)
-    rules = Rules.of(profile, rows_cap=max(total_rows, 1))
-    svc = Service.of(service, min(profile.max_batch_size, max(total_rows, 1)))
+    rules = Rules.of(profile)
+    svc = Service.of(service, profile.max_batch_size)
     t_arr = workload.t_s
     t = t_arr.tolist()
     n = len(t)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,7 +44,20 @@ def _policy(policy: QueuePolicy | None) -> _Level:
     )
 
 
-@dataclass(frozen=True)
+class ByRows(dict[int, float]):
+    """A table by row count (batch size), each entry worked out the first time it is
+    read: a run reads a few sizes, and Triton allows a max_batch_size of 2**31-1."""
+
+    def __init__(self, entry: Callable[[int], float], first: Mapping[int, float] | None = None) -> None:
+        super().__init__(first or {})
+        self._entry = entry
+
+    def __missing__(self, rows: int) -> float:
+        value = self[rows] = self._entry(rows)
+        return value
+
+
+@dataclass(frozen=True, eq=False)
 class Rules:
     """A profile's batch-formation parameters, with lookup tables by row count."""
 
@@ -53,26 +66,25 @@ class Rules:
     preferred: tuple[int, ...]
     """Sorted; an empty ``preferred_batch_size`` is ``[max_batch_size]``, as Triton
     fills it in when it loads the config (``model_config_utils.cc``)."""
-    best_tab: tuple[int, ...]
-    """For k rows (0..max_batch_size, or to the ``rows_cap`` :meth:`of` was given): the
-    largest preferred size <= k, 0 if none."""
-    next_tab: tuple[int, ...]
+    best_tab: Mapping[int, int]
+    """For k rows (0..max_batch_size): the largest preferred size <= k, 0 if none."""
+    next_tab: Mapping[int, int]
     """For k rows: the smallest preferred size > k, 0 if none."""
 
     @classmethod
-    def of(cls, profile: Profile, rows_cap: int | None = None) -> Rules:
-        """``rows_cap``: no batch will hold more rows than this (the workload's rows in
-        all), so the tables stop there: a max_batch_size of 2**31-1 costs nothing."""
-        mbs = profile.max_batch_size
-        top = mbs if rows_cap is None else max(0, min(mbs, rows_cap))
+    def of(cls, profile: Profile) -> Rules:
         pref = tuple(sorted(profile.effective_preferred))
-        best = []
-        nxt = []
-        for k in range(top + 1):
-            i = bisect.bisect_right(pref, k)  # pref[:i] are <= k, pref[i:] above it
-            best.append(pref[i - 1] if i else 0)
-            nxt.append(pref[i] if i < len(pref) else 0)
-        return cls(mbs, profile.max_queue_delay_us / 1e6, pref, tuple(best), tuple(nxt))
+
+        def best(k: int) -> int:
+            i = bisect.bisect_right(pref, k)  # pref[:i] are <= k
+            return pref[i - 1] if i else 0
+
+        def nxt(k: int) -> int:
+            i = bisect.bisect_right(pref, k)  # pref[i:] are > k
+            return pref[i] if i < len(pref) else 0
+
+        return cls(profile.max_batch_size, profile.max_queue_delay_us / 1e6, pref,
+                   ByRows(best), ByRows(nxt))  # type: ignore[arg-type]
 
     @property
     def max_preferred(self) -> int:
@@ -82,7 +94,7 @@ class Rules:
         """The queued rows that make it worth looking again, for a batch of ``rows``:
         the next preferred size above it, or the smallest one (Triton's
         ``next_preferred_batch_size_``, before the payload's rows are taken off)."""
-        if rows < len(self.next_tab) and self.next_tab[rows]:
+        if rows <= self.max_batch_size and self.next_tab[rows]:
             return self.next_tab[rows]
         return self.preferred[0]
 
@@ -161,15 +173,15 @@ def first_reaching(cum: list[int], start: int, target_rows: int) -> int:
 class Service:
     """Instance time of a batch in seconds, from the curve and the overheads."""
 
-    curve_s: tuple[float, ...]
+    curve_s: Mapping[int, float]
     """By rows, 0..max_batch_size."""
     batch_over_s: float
     request_over_s: float
 
     @classmethod
     def of(cls, service: ServiceModel, max_batch_size: int) -> Service:
-        """``max_batch_size``: the largest batch the run can form (the table's end)."""
-        curve = (0.0,) + tuple(service.curve_ms(b) / 1000.0 for b in range(1, max_batch_size + 1))
+        """``max_batch_size``: the largest batch the run can form."""
+        curve = ByRows(lambda b: service.curve_ms(b) / 1000.0, {0: 0.0})
         return cls(curve, service.batch_overhead_ms / 1000.0, service.request_overhead_ms / 1000.0)
 
 
