@@ -278,3 +278,15 @@ def test_bad_files_to_simulate_are_one_line_and_exit_2(tmp_path, capsys, monkeyp
     code, err = _in_process(capsys, monkeypatch, *args)
     assert code == 2 and message in err
     assert len(err.strip().splitlines()) == 1, err
+
+
+def test_plan_refuses_a_bad_plot_path_before_planning_or_writing_profiles(tmp_path, capsys, monkeypatch):
+    """A directory given to --plot was found only after the planning runs, with the profiles
+    of --write-profiles already written; now nothing is written."""
+    out_dir = tmp_path / "profiles"
+    code, err = _in_process(capsys, monkeypatch, "plan", "--curve", FP16_256, "--slo-p99-ms", "100",
+                            "--network-ms", "10", "--rate", "250", "--write-profiles", str(out_dir),
+                            "--plot", str(tmp_path))
+    assert code == 2
+    assert err.count("\n") == 1 and f"--plot = '{tmp_path}': is a directory" in err, err
+    assert not out_dir.exists()

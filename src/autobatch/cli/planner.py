@@ -267,7 +267,7 @@ def plan(
     Example: autobatch plan --curve curves/laptop-256x144-fp16.yaml --slo-p99-ms 100
     --network-ms 2 --rate 600 --max-batch-size 8 --priority-mix 1:0.1,2:0.9 --write-profiles out/p
     """
-    from autobatch.cli.views import plan_renderable, plot_plan
+    from autobatch.cli.views import plan_renderable, plot_file, plot_plan
     from autobatch.curve import load_curve
     from autobatch.plan.planner import make_plan
     from autobatch.profiles import load_profiles
@@ -276,6 +276,8 @@ def plan(
 
     _seed(seed)
     _at_least_0("--network-ms", network_ms, "milliseconds")
+    if plot is not None:
+        plot_file(plot, field="--plot")  # before the planning runs and any profile is written
     result = make_plan(
         load_curve(curve),
         slo_p99_ms,
