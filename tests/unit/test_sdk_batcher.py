@@ -7,6 +7,7 @@ import dataclasses
 import heapq
 import itertools
 import math
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -626,3 +627,26 @@ def test_every_caller_gets_its_own_result(sizes, max_batch, in_flight, adaptive)
     for batch in seen:
         assert sum(n for _, n, _ in batch) <= max_batch
         assert len({k for _, _, k in batch}) == 1
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("https://triton:8001", "url = 'https://triton:8001': scheme https:// is not supported"),
+        ("ftp://triton:8001", "url = 'ftp://triton:8001': scheme ftp:// is not supported"),
+        ("", "url = '': must be host:port"),
+    ],
+)
+def test_the_triton_client_refuses_a_scheme_it_cannot_speak(url: str, message: str) -> None:
+    """https:// was dropped silently, and the client spoke clear text to a TLS port."""
+    from autobatch.sdk.triton import TritonBatchClient
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        TritonBatchClient(url, "m")
+
+
+@pytest.mark.parametrize("url", ["grpc://triton:8001/", "http://triton:8001", "triton:8001"])
+def test_the_triton_client_takes_host_port_with_or_without_its_schemes(url: str) -> None:
+    from autobatch.sdk.triton import TritonBatchClient
+
+    assert TritonBatchClient(url, "m").url == "triton:8001"

@@ -79,9 +79,18 @@ class _Item:
 
 
 def _strip_scheme(url: str) -> str:
-    for scheme in ("grpc://", "http://", "https://"):
-        if url.startswith(scheme):
-            url = url[len(scheme):]
+    """``host:port`` from ``url``; ``http://`` and ``grpc://`` are dropped, any other scheme
+    refused: the client speaks no TLS, so ``https://`` would reach a TLS port in clear."""
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigError(f"url = {url!r}: must be host:port of Triton's gRPC or HTTP endpoint")
+    scheme, sep, rest = url.partition("://")
+    if sep:
+        if scheme.lower() not in ("grpc", "http"):
+            raise ConfigError(
+                f"url = {url!r}: scheme {scheme}:// is not supported: give host:port, http:// "
+                "or grpc:// (the client speaks no TLS)"
+            )
+        url = rest
     return url.rstrip("/")
 
 
@@ -106,7 +115,8 @@ class TritonBatchClient:
     model's own and may not exceed it.
 
     Args:
-        url: ``host:port`` of Triton's gRPC (or HTTP) endpoint; a scheme is ignored.
+        url: ``host:port`` of Triton's gRPC (or HTTP) endpoint; ``http://`` or ``grpc://`` is
+            dropped, another scheme (``https://``: no TLS here) refused.
         model: the model's name; ``model_version`` "" is the server's choice.
         protocol: ``"grpc"`` (default) or ``"http"``.
         priority: Triton request priority for calls that do not give one (0: the
