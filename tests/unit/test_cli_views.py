@@ -78,7 +78,7 @@ def test_plan_plot_into_a_directory_exits_2_with_one_line(
         cli.main()
     captured = capsys.readouterr()
     assert info.value.code == 2
-    assert captured.err.strip() == (f"autobatch: error: plot = {str(tmp_path)!r}: is a directory: give a "
+    assert captured.err.strip() == (f"autobatch: error: --plot = {str(tmp_path)!r}: is a directory: give a "
                                     f"file name, such as {str(tmp_path / 'plot.png')!r}")
     assert "plotted" not in captured.out
     assert list(tmp_path.iterdir()) == []
