@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from autobatch.controller.app import run_sidecar
 from autobatch.errors import ServeError
@@ -24,6 +25,29 @@ def autobatch(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[s
     exe = Path(sys.executable).with_name("autobatch")
     return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=timeout,
                           check=False, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+
+
+def run_main(monkeypatch: pytest.MonkeyPatch, capsys: Any, *args: str) -> tuple[int, str, str]:
+    """``autobatch ARGS`` through ``autobatch.cli.main`` in this process: (exit code, stdout,
+    stderr). The code under test is the one the test imports (the installed script that
+    :func:`autobatch` runs may be another checkout's); a stand-in patched in is seen."""
+    import autobatch.cli as cli
+
+    monkeypatch.setattr(sys, "argv", ["autobatch", *args])
+    monkeypatch.setenv("COLUMNS", "200")
+    with pytest.raises(SystemExit) as info:
+        cli.main()
+    captured = capsys.readouterr()
+    code = info.value.code
+    return (0 if code is None else int(code)), captured.out, captured.err
+
+
+def assert_bad_input(code: int, err: str, message: str) -> None:
+    """The rule for bad input: exit 2 and one line on stderr, holding ``message``."""
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert len(lines) == 1, err
+    assert message in lines[0], err
 
 
 class BackgroundLoad:

@@ -3,25 +3,16 @@
 from __future__ import annotations
 
 import importlib
-import sys
 from typing import Any
 
 import pytest
 import typer
 
-import autobatch.cli as cli
 from autobatch.errors import ConfigError
 
+from ..helpers import run_main
+
 shell = importlib.import_module("autobatch.cli.app")  # autobatch.cli.app is also the Typer app
-
-
-def run(argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: Any) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["autobatch", *argv])
-    with pytest.raises(SystemExit) as info:
-        cli.main()
-    captured = capsys.readouterr()
-    code = info.value.code
-    return (0 if code is None else int(code)), captured.out, captured.err
 
 
 @pytest.mark.parametrize(
@@ -40,7 +31,7 @@ def run(argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: Any) -> tuple[
 def test_a_usage_error_is_one_line_naming_command_option_and_value(
     argv: list[str], line: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
-    code, out, err = run(argv, monkeypatch, capsys)
+    code, out, err = run_main(monkeypatch, capsys, *argv)
     assert code == 2
     assert out == ""
     lines = err.strip().splitlines()
@@ -51,13 +42,13 @@ def test_a_usage_error_is_one_line_naming_command_option_and_value(
 
 @pytest.mark.parametrize("argv", [["--help"], ["simulate", "--help"], ["load", "--help"]])
 def test_help_still_exits_0(argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
-    code, out, err = run(argv, monkeypatch, capsys)
+    code, out, err = run_main(monkeypatch, capsys, *argv)
     assert code == 0
     assert out.startswith("Usage: autobatch")
 
 
 def test_bare_autobatch_still_shows_the_help(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
-    code, out, err = run([], monkeypatch, capsys)
+    code, out, err = run_main(monkeypatch, capsys)
     assert code == 2
     assert "Commands:" in err
 
@@ -100,6 +91,6 @@ def test_ctrl_c_abort_and_config_errors_exit_as_before(
     body: Any, code: int, err: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
     monkeypatch.setattr(shell, "app", _one_command(body))
-    got, _, stderr = run(["go"], monkeypatch, capsys)
+    got, _, stderr = run_main(monkeypatch, capsys, "go")
     assert got == code
     assert stderr.strip() == err

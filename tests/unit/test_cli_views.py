@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import io
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from rich.console import Console
 
-from autobatch import cli
 from autobatch.cli.views import MeasureProgress, plot_file, plot_plan
 from autobatch.curve import load_curve
 from autobatch.errors import ConfigError
 from autobatch.plan.planner import make_plan
 
 from ..conftest import CURVES
+from ..helpers import run_main
 
 
 def test_the_measure_progress_bar_counts_every_run_of_every_size():
@@ -71,14 +70,11 @@ def test_plot_plan_returns_the_file_it_wrote(tmp_path: Path) -> None:
 def test_plan_plot_into_a_directory_exits_2_with_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
-    monkeypatch.setattr(sys, "argv", [
-        "autobatch", "plan", "--curve", str(CURVES / "laptop-256x144-fp16.yaml"), "--slo-p99-ms", "100",
-        "--network-ms", "10", "--rate", "100", "--plot", str(tmp_path)])
-    with pytest.raises(SystemExit) as info:
-        cli.main()
-    captured = capsys.readouterr()
-    assert info.value.code == 2
-    assert captured.err.strip() == (f"autobatch: error: --plot = {str(tmp_path)!r}: is a directory: give a "
+    code, out, err = run_main(
+        monkeypatch, capsys, "plan", "--curve", str(CURVES / "laptop-256x144-fp16.yaml"), "--slo-p99-ms",
+        "100", "--network-ms", "10", "--rate", "100", "--plot", str(tmp_path))
+    assert code == 2
+    assert err.strip() == (f"autobatch: error: --plot = {str(tmp_path)!r}: is a directory: give a "
                                     f"file name, such as {str(tmp_path / 'plot.png')!r}")
-    assert "plotted" not in captured.out
+    assert "plotted" not in out
     assert list(tmp_path.iterdir()) == []

@@ -16,6 +16,8 @@ from autobatch import cli
 from autobatch.errors import ConfigError
 from autobatch.lab.demo import run_demo
 
+from ..helpers import assert_bad_input, run_main
+
 
 class Started(Exception):
     """Raised by the stand-in start: the checks let the run begin."""
@@ -49,13 +51,6 @@ def places(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def run(argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: Any) -> tuple[Any, str]:
-    monkeypatch.setattr(sys, "argv", ["autobatch", *argv])
-    with pytest.raises(SystemExit) as info:
-        cli.main()
-    return info.value.code, capsys.readouterr().err.strip()
-
-
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -77,10 +72,9 @@ def test_bad_demo_flags_exit_2_with_one_line_before_triton_starts(
     monkeypatch: pytest.MonkeyPatch, capsys: Any,
 ) -> None:
     args = [a if a.startswith("-") or a in ("nan", "inf") else str(places / a) for a in args]
-    code, err = run(["demo", *args], monkeypatch, capsys)
-    assert (code, starts) == (2, [])
-    assert len(err.splitlines()) == 1, err
-    assert message.format(d=places) in err
+    code, _, err = run_main(monkeypatch, capsys, "demo", *args)
+    assert_bad_input(code, err, message.format(d=places))
+    assert starts == []
 
 
 def test_good_demo_flags_reach_the_start(places: Path, starts: list[str], monkeypatch, capsys) -> None:
@@ -127,11 +121,9 @@ def test_bad_measure_flags_exit_2_before_measuring(
 ) -> None:
     args = [str(places / a) if a in ("adir", "afile/c.yaml") else a for a in args]
     # Port 9 (discard) is never a Triton: a check that got as far as the network would fail otherwise.
-    code, err = run(["measure", "--model", "m", "--url", "127.0.0.1:9", *args], monkeypatch, capsys)
-    assert code == 2
+    code, _, err = run_main(monkeypatch, capsys, "measure", "--model", "m", "--url", "127.0.0.1:9", *args)
+    assert_bad_input(code, err, message.format(d=places))
     assert starts == []
-    assert len(err.splitlines()) == 1, err
-    assert message.format(d=places) in err
 
 
 def test_a_demo_config_is_checked_with_the_servers_ports_before_it_starts(places: Path, starts) -> None:

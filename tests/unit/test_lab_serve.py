@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import pytest
 
 import autobatch.lab.serve as serve_mod
-from autobatch import cli
 from autobatch.errors import ConfigError
 from autobatch.lab.serve import TritonServer
+
+from ..helpers import assert_bad_input, run_main
 
 
 @pytest.fixture
@@ -41,22 +41,15 @@ def no_triton(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def test_bad_serve_flags_exit_2_with_one_line_before_any_start(
     args: list[str], message: str, no_triton: list[str], monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
-    monkeypatch.setattr(sys, "argv", ["autobatch", "serve", *args])
-    with pytest.raises(SystemExit) as info:
-        cli.main()
-    assert info.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1, err
-    assert message in err
+    code, _, err = run_main(monkeypatch, capsys, "serve", *args)
+    assert_bad_input(code, err, message)
     assert "already in use" not in err
     assert no_triton == []
 
 
 def test_a_host_that_does_not_resolve_names_its_flag(no_triton: list[str], monkeypatch, capsys) -> None:
-    monkeypatch.setattr(sys, "argv", ["autobatch", "serve", "--host", "no-such-host.invalid"])
-    with pytest.raises(SystemExit):
-        cli.main()
-    assert capsys.readouterr().err.strip().endswith("(set with --host)")
+    _, _, err = run_main(monkeypatch, capsys, "serve", "--host", "no-such-host.invalid")
+    assert err.strip().endswith("(set with --host)")
 
 
 def test_port_0_takes_free_distinct_ports(no_triton: list[str]) -> None:

@@ -33,6 +33,8 @@ from autobatch.load.runner import drive
 from autobatch.load.transport import classify_error, normalize_url, synthesize_inputs
 from autobatch.schedule import Phase, Schedule, arrivals
 
+from ..helpers import assert_bad_input, run_main
+
 MODEL = "dense_mlp"
 RECORD_FIELDS = {"index", "phase", "scheduled_s", "sent_s", "latency_ms", "outcome", "error",
                  "rows", "priority"}
@@ -101,14 +103,8 @@ def test_bad_flags_exit_2_with_one_line(
 ) -> None:
     # Port 9 (discard) is never a Triton: a check that got as far as the network
     # would fail with a different message.
-    argv = ["autobatch", "load", "--model", MODEL, "--url", "127.0.0.1:9", *args]
-    monkeypatch.setattr(sys, "argv", argv)
-    with pytest.raises(SystemExit) as info:
-        cli.main()
-    assert info.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1, err
-    assert message in err
+    code, _, err = run_main(monkeypatch, capsys, "load", "--model", MODEL, "--url", "127.0.0.1:9", *args)
+    assert_bad_input(code, err, message)
 
 
 def test_bad_schedule_file_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:

@@ -5,14 +5,14 @@ The runs against the real Triton are in tests/integration/test_sessions_triton.p
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import pytest
 
-from autobatch import cli
 from autobatch.load.sessions import FrameRecord, _summarize
 from autobatch.sdk import SessionStatistics
+
+from ..helpers import assert_bad_input, run_main
 
 
 @pytest.mark.parametrize(
@@ -36,14 +36,8 @@ def test_bad_flags_exit_2_with_one_line(
 ) -> None:
     # Port 9 (discard) is never a Triton: a check that got as far as the network
     # would fail with a different message.
-    argv = ["autobatch", "load", "--model", "m", "--url", "127.0.0.1:9", *args]
-    monkeypatch.setattr(sys, "argv", argv)
-    with pytest.raises(SystemExit) as info:
-        cli.main()
-    assert info.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1, err
-    assert message in err
+    code, _, err = run_main(monkeypatch, capsys, "load", "--model", "m", "--url", "127.0.0.1:9", *args)
+    assert_bad_input(code, err, message)
 
 
 def stats(batches: int, frames_sent: int, request_s: float) -> SessionStatistics:

@@ -12,7 +12,7 @@ from autobatch.lab.serve import EMULATOR_MODEL
 from autobatch.profiles import load_profiles
 
 from ..conftest import CURVES, PROFILES, ROOT
-from ..helpers import autobatch
+from ..helpers import assert_bad_input, autobatch, run_main
 
 FP16_512 = str(CURVES / "laptop-512x288-fp16.yaml")
 FP16_256 = str(CURVES / "laptop-256x144-fp16.yaml")
@@ -200,20 +200,6 @@ def test_docs_document_the_planner():
     assert "# The planner" in text
 
 
-def _in_process(capsys, monkeypatch, *args: str) -> tuple[int, str]:
-    """``autobatch ARGS`` in this process: the exit code and stderr. The code under test
-    is the one this test imports (a subprocess of the installed script may not be)."""
-    import sys
-
-    from autobatch.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["autobatch", *args])
-    monkeypatch.setenv("COLUMNS", "200")
-    with pytest.raises(SystemExit) as info:
-        main()
-    return info.value.code, capsys.readouterr().err
-
-
 DENSE = str(CURVES / "dense_mlp-cpu.yaml")
 SIM = ["simulate", "--curve", DENSE, "--rate", "10", "--duration", "1"]
 PLAN = ["plan", "--curve", DENSE, "--slo-p99-ms", "60", "--network-ms", "2", "--rate", "50"]
@@ -247,9 +233,8 @@ AGGRESSIVE = str(PROFILES / "dense_mlp" / "aggressive.yaml")
     ],
 )
 def test_bad_simulate_and_plan_options_are_one_line_and_exit_2(capsys, monkeypatch, args, message):
-    code, err = _in_process(capsys, monkeypatch, *args)
-    assert code == 2 and message in err
-    assert len(err.strip().splitlines()) == 1, err
+    code, _, err = run_main(monkeypatch, capsys, *args)
+    assert_bad_input(code, err, message)
 
 
 @pytest.mark.parametrize(
@@ -275,18 +260,16 @@ def test_bad_files_to_simulate_are_one_line_and_exit_2(tmp_path, capsys, monkeyp
     args = ["simulate", "--curve", DENSE, option, str(path)]
     if option == "--profile":
         args += ["--rate", "10", "--duration", "1"]
-    code, err = _in_process(capsys, monkeypatch, *args)
-    assert code == 2 and message in err
-    assert len(err.strip().splitlines()) == 1, err
+    code, _, err = run_main(monkeypatch, capsys, *args)
+    assert_bad_input(code, err, message)
 
 
 def test_plan_refuses_a_bad_plot_path_before_planning_or_writing_profiles(tmp_path, capsys, monkeypatch):
     """A directory given to --plot was found only after the planning runs, with the profiles
     of --write-profiles already written; now nothing is written."""
     out_dir = tmp_path / "profiles"
-    code, err = _in_process(capsys, monkeypatch, "plan", "--curve", FP16_256, "--slo-p99-ms", "100",
+    code, _, err = run_main(monkeypatch, capsys, "plan", "--curve", FP16_256, "--slo-p99-ms", "100",
                             "--network-ms", "10", "--rate", "250", "--write-profiles", str(out_dir),
                             "--plot", str(tmp_path))
-    assert code == 2
-    assert err.count("\n") == 1 and f"--plot = '{tmp_path}': is a directory" in err, err
+    assert_bad_input(code, err, f"--plot = '{tmp_path}': is a directory")
     assert not out_dir.exists()
