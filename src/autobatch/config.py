@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import gzip
 import math
+import operator
 import re
 import zlib
 from collections.abc import Mapping
@@ -27,10 +28,22 @@ import yaml
 
 from autobatch.errors import ConfigError
 
-__all__ = ["MISSING", "URL_RULE", "Section", "http_url", "load_yaml", "parse_yaml", "read_text"]
+__all__ = ["MISSING", "URL_RULE", "Section", "check_seed", "http_url", "load_yaml", "parse_yaml", "read_text"]
 
 
 URL_RULE = "must be an http:// or https:// URL, or HOST:PORT (e.g. 127.0.0.1:8000), with a port in 1-65535"
+
+
+def check_seed(seed: Any, field: str = "seed") -> int:
+    """``seed`` if numpy takes it: an integer >= 0 (numpy's own refusal is a traceback, and
+    ``autobatch load`` met it only after connecting). ``field`` names it: ``--seed`` at the CLI."""
+    try:
+        value = operator.index(seed)  # ints and numpy integers, not floats or strings
+    except TypeError:
+        value = -1
+    if isinstance(seed, bool) or value < 0:
+        raise ConfigError(f"{field} = {seed!r}: must be an integer >= 0", field=field, value=seed)
+    return value
 
 
 def http_url(value: Any) -> str | None:

@@ -11,6 +11,7 @@ import typer
 
 from autobatch.cli.app import app, out, print_json
 from autobatch.cli.lab import int_list
+from autobatch.config import check_seed
 from autobatch.errors import ConfigError
 
 
@@ -34,12 +35,6 @@ def _priority_mix(text: str | None) -> dict[int, float] | None:
     for lv, sh in mix.items():
         check_priority_share(lv, sh)  # the library's check (plan's lanes use it too)
     return mix
-
-
-def _seed(seed: int) -> int:
-    if seed < 0:
-        raise ConfigError(f"--seed = {seed}: must be an integer >= 0")
-    return seed
 
 
 def _at_least_0(option: str, value: float, unit: str) -> float:
@@ -134,7 +129,7 @@ def simulate(
     from autobatch.profiles import Profile, load_profile
     from autobatch.traces import parse_rows
 
-    _seed(seed)
+    check_seed(seed, "--seed")
     _at_least_0("--burst-gap-us", burst_gap_us, "microseconds")
     # Options the chosen workload or profile would silently ignore: one line naming both.
     for option, on, other, given, why in (
@@ -274,7 +269,7 @@ def plan(
     from autobatch.profiles import write_profiles as write_profile_files
     from autobatch.schedule import load_schedule
 
-    _seed(seed)
+    check_seed(seed, "--seed")
     _at_least_0("--network-ms", network_ms, "milliseconds")
     if plot is not None:
         plot_file(plot, field="--plot")  # before the planning runs and any profile is written

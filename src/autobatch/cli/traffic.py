@@ -81,7 +81,8 @@ def load(
 
     Example: autobatch load --model dense_mlp --trace production.csv --record-trace sent.csv
     """
-    from autobatch.load.transport import check_seed, normalize_url
+    from autobatch.config import check_seed
+    from autobatch.load.transport import normalize_url
 
     # Checked here, before any file is read or any connection made, naming the flags.
     check_seed(seed, "--seed")

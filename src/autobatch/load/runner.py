@@ -25,6 +25,7 @@ from typing import IO, Any, Protocol
 
 import numpy as np
 
+from autobatch.config import check_seed
 from autobatch.errors import ConfigError, LoadError
 from autobatch.load.report import (
     OK,
@@ -34,7 +35,7 @@ from autobatch.load.report import (
     summarize,
     write_jsonl,
 )
-from autobatch.load.transport import PROTOCOLS, check_seed, classify_error, normalize_url, open_transport
+from autobatch.load.transport import PROTOCOLS, classify_error, normalize_url, open_transport
 from autobatch.schedule import Phase, Schedule, arrivals
 from autobatch.traces import ArrivalTrace, write_trace
 

@@ -26,11 +26,11 @@ from typing import IO, Any
 
 import numpy as np
 
+from autobatch.config import check_seed
 from autobatch.errors import AutobatchError, ConfigError, LoadError
 from autobatch.load.runner import DEFAULT_TIMEOUT_S, StopFlag
 from autobatch.load.transport import (
     PROTOCOLS,
-    check_seed,
     classify_error,
     normalize_url,
     synthesize_inputs,

@@ -25,7 +25,6 @@ __all__ = [
     "SCHEMES",
     "SyntheticInput",
     "Transport",
-    "check_seed",
     "classify_error",
     "normalize_url",
     "open_transport",
@@ -407,13 +406,6 @@ def normalize_url(url: str, field: str = "url") -> str:
     if not url:
         raise ConfigError(f"{field} = {url!r}: give host:port", field=field, value=url)
     return url
-
-
-def check_seed(seed: int, field: str = "seed") -> int:
-    """A seed numpy takes: an integer >= 0 (a negative one fails only after connecting)."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ConfigError(f"{field} = {seed!r}: must be an integer >= 0", field=field, value=seed)
-    return seed
 
 
 async def open_transport(

@@ -35,12 +35,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from autobatch.config import check_seed
 from autobatch.curve import BatchCurve, PointKind
 from autobatch.errors import ConfigError
 from autobatch.plan.lanes import Lanes, plan_lanes
 from autobatch.plan.sessions import SESSION_POLICIES, SessionsResult, simulate_sessions
 from autobatch.plan.simulator import ServiceModel, SimResult, Workload, simulate
-from autobatch.plan.simulator.workload import check_seed
 from autobatch.plan.slo import (
     ARTICLE_EXAMPLE,
     DEFAULT_MARGIN_FRAC,

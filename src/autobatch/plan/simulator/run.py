@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from autobatch.config import check_seed
 from autobatch.errors import ConfigError
 from autobatch.plan.simulator.engines.common import Rules, Service, _Level, _noise, _policy, prefix_rows
 from autobatch.plan.simulator.engines.general import REJECTED_FULL, REJECTED_TIMEOUT, run_general
@@ -16,7 +17,7 @@ from autobatch.plan.simulator.results import (
     _phase_results,
 )
 from autobatch.plan.simulator.service import ServiceModel
-from autobatch.plan.simulator.workload import Workload, check_seed
+from autobatch.plan.simulator.workload import Workload
 from autobatch.profiles import Profile
 
 __all__ = ["ENGINES", "simulate"]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from autobatch.config import check_seed
 from autobatch.errors import ConfigError
 from autobatch.schedule import Schedule, arrivals, schedule_from_options
 from autobatch.sessions import stream_frames  # the frames of `simulate --sessions` and `load --sessions`
@@ -19,7 +20,6 @@ __all__ = [
     "Workload",
     "build_workload",
     "check_priority_share",
-    "check_seed",
     "spread_same_times",
     "stream_frames",
 ]
@@ -32,12 +32,6 @@ median 0.42 ms on the 2-core test machine, and the real server then batches it
 as arriving requests, not as a queue that filled at once (``benchmarks/bursts.py``
 measures both). Schedules and traces are spread by this much unless told
 otherwise; 0 models requests that truly queue at one instant."""
-
-
-def check_seed(seed: object) -> None:
-    """A seed numpy takes: an integer >= 0."""
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ConfigError(f"seed = {seed!r}: must be an integer >= 0", field="seed", value=seed)
 
 
 def check_priority_share(level: object, share: object) -> None:
