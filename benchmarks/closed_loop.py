@@ -367,6 +367,7 @@ def compare(
         "low_phases": [schedule.phases[i].name for i in low_phases(schedule)],
         "controllers": {},
     }
+    static_phases = {s: [p.to_dict() for p in results[s].phases] for s in statics}
     for mode in ("reload", "gateway"):
         if mode not in results:
             continue
@@ -384,10 +385,7 @@ def compare(
             if mine is not None and theirs:
                 lows.append((mine / theirs, schedule.phases[i].name, mine, theirs))
         low = max(lows) if lows else None
-        bound = per_phase_bound(
-            {s: [p.to_dict() for p in results[s].phases] for s in statics},
-            low_phases(schedule), TARGETS[mode],
-        )
+        bound = per_phase_bound(static_phases, low_phases(schedule), TARGETS[mode])
         out["controllers"][mode] = {
             "excess_points": [round(100 * e, 3) for e in excess],
             "worst_phase": schedule.phases[worst].name,

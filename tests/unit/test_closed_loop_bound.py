@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from autobatch.schedule import Phase, Schedule
+
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "closed_loop"
 
@@ -84,7 +86,7 @@ def test_saved_bound_is_the_functions(path: Path) -> None:
     for run in doc["data"]["runs"]:
         modes = run["modes"]
         statics = {m: r["phases"] for m, r in modes.items() if m not in ("reload", "gateway")}
-        peak = max(p["rate_rps"] for p in run["phases"])
-        low = [i for i, p in enumerate(run["phases"]) if 0 < p["rate_rps"] <= cl.LOW_SHARE * peak]
+        schedule = Schedule(tuple(Phase(p["name"], p["rate_rps"], p["duration_s"]) for p in run["phases"]))
+        low = cl.low_phases(schedule)
         for mode, c in run["comparison"]["controllers"].items():
             assert c["device_bound"] == cl.per_phase_bound(statics, low, cl.TARGETS[mode]), (path.name, mode)
