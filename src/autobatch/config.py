@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from autobatch.errors import ConfigError
+from autobatch.errors import ConfigError, short_repr
 
 __all__ = ["MISSING", "URL_RULE", "Section", "check_seed", "http_url", "load_yaml", "parse_yaml", "read_text"]
 
@@ -117,7 +117,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             if first is not None:
                 raise yaml.constructor.ConstructorError(
                     None, None,
-                    f"duplicate key {_short(key)} (first at line {first.start_mark.line + 1})",
+                    f"duplicate key {short_repr(key)} (first at line {first.start_mark.line + 1})",
                     key_node.start_mark,
                 )
             seen[key] = key_node
@@ -135,7 +135,7 @@ def parse_yaml(text: str, source: str, *, error: type[ConfigError] = ConfigError
         raise error(f"{source}: not valid YAML{where}: {problem}", source=source) from exc
     except (ValueError, OverflowError, RecursionError) as exc:
         # Odd scalars (a timestamp out of range) and absurd nesting fail outside YAMLError.
-        raise error(f"{source}: not valid YAML: {_short(str(exc), 120)}", source=source) from exc
+        raise error(f"{source}: not valid YAML: {short_repr(str(exc), 120)}", source=source) from exc
 
 
 def load_yaml(path: str | Path, *, error: type[ConfigError] = ConfigError) -> Any:
@@ -167,7 +167,7 @@ class Section:
         if not isinstance(data, Mapping):
             where = path or "(top level)"
             raise error(
-                f"{source}: {where} = {_short(data)}: must be a mapping of field: value",
+                f"{source}: {where} = {short_repr(data)}: must be a mapping of field: value",
                 source=source,
                 field=path,
                 value=data,
@@ -186,7 +186,7 @@ class Section:
     def fail(self, key: str | int, value: Any, allowed: str) -> ConfigError:
         field = self.field_path(key)
         return self.error(
-            f"{self.source}: {field} = {_short(value)}: {allowed}",
+            f"{self.source}: {field} = {short_repr(value)}: {allowed}",
             source=self.source,
             field=field,
             value=value,
@@ -206,7 +206,7 @@ class Section:
         if (key in self.data and self.data[key] is None and default is not MISSING
                 and default is not None and not null_is_default):
             raise self.fail(key, None,
-                            f"needs a value (leave the field out for the default, {_short(default)})")
+                            f"needs a value (leave the field out for the default, {short_repr(default)})")
         if key not in self.data or self.data[key] is None:
             if default is MISSING:
                 unread = [k for k in self.data if k not in self._seen and isinstance(k, str)]
@@ -348,8 +348,3 @@ def check_int(sec: Section, key: str | int, v: Any, *, min: int | None, max: int
     if max is not None and v > max:
         raise sec.fail(key, v, f"must be <= {max}")
     return v
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."

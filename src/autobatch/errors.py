@@ -43,7 +43,15 @@ __all__ = [
     "ServeError",
     "SignalError",
     "TritonError",
+    "short_repr",
 ]
+
+
+def short_repr(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters: the VALUE of a one-line ``FIELD = VALUE``
+    message, however large the input that carried it."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class AutobatchError(Exception):

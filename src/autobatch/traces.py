@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from autobatch.config import read_text
-from autobatch.errors import ConfigError
+from autobatch.errors import ConfigError, short_repr
 
 __all__ = [
     "TRACE_FORMATS",
@@ -381,7 +381,7 @@ def _parse_triton(text: str, source: str, model: str | None) -> ArrivalTrace:
         timestamps = entry.get("timestamps") or []
         if not isinstance(timestamps, list):
             raise ConfigError(
-                f"{source}: trace id {trace_id}: timestamps = {_short(timestamps)}: must be a list of "
+                f"{source}: trace id {trace_id}: timestamps = {short_repr(timestamps)}: must be a list of "
                 f"{{name, ns}} objects"
             )
         rec = by_id.setdefault(entry["id"], {"stamps": {}, "rows": None, "model": None})
@@ -423,11 +423,6 @@ def _parse_triton(text: str, source: str, model: str | None) -> ArrivalTrace:
             f"level=TIMESTAMPS (and TENSORS for the rows)"
         )
     return _build(times, rows, [0] * len(times), source, labels)
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _rows_of_shape(shape: Any, where: str) -> int:

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from autobatch.errors import ConfigError
+from autobatch.errors import ConfigError, short_repr
 from autobatch.policy import Decision, PolicySettings, State, decide
 from autobatch.signals.window import Window
 
@@ -114,7 +114,7 @@ def _decision_tick(row: Mapping[str, Any]) -> TraceTick:
         for key in keys:
             v = part.get(key)
             if v is not None and not isinstance(v, str):
-                raise ValueError(f"{name}{key} = {_short(v)}: must be a string or null")
+                raise ValueError(f"{name}{key} = {short_repr(v)}: must be a string or null")
     for part, name, key in ((actuation or {}, "actuation.", "duration_s"),
                             (reconcile or {}, "reconcile.", "duration_s"),
                             (state_after or {}, "state_after.", "last_switch_s")):
@@ -141,19 +141,14 @@ def _decision_tick(row: Mapping[str, Any]) -> TraceTick:
 def _object(row: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
     v = row.get(key)
     if v is not None and not isinstance(v, dict):
-        raise ValueError(f"{key} = {_short(v)}: must be a JSON object or null")
+        raise ValueError(f"{key} = {short_repr(v)}: must be a JSON object or null")
     return v
 
 
 def _finite(v: Any, field: str) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise ValueError(f"{field} = {_short(v)}: must be a finite number")
+        raise ValueError(f"{field} = {short_repr(v)}: must be a finite number")
     return float(v)
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def replay(

@@ -41,6 +41,8 @@ from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import Any
 
+from autobatch.errors import short_repr
+
 __all__ = ["StaleReason", "Window"]
 
 
@@ -206,7 +208,9 @@ class Window:
         """
         prefix = f"{path}." if path else ""
         if not isinstance(data, Mapping):
-            raise ValueError(f"{path or 'window'} = {_short(data)}: must be a JSON object of window fields")
+            raise ValueError(
+                f"{path or 'window'} = {short_repr(data)}: must be a JSON object of window fields"
+            )
         missing = [k for k in ("model", "start_s", "end_s") if k not in data]
         if missing:
             raise KeyError(f"{prefix}{missing[0]}")
@@ -228,29 +232,24 @@ class Window:
                 if isinstance(v, float) and v.is_integer():
                     v = int(v)
                 if isinstance(v, bool) or not isinstance(v, int):
-                    raise ValueError(f"{prefix}{name} = {_short(v)}: must be an integer or null")
+                    raise ValueError(f"{prefix}{name} = {short_repr(v)}: must be an integer or null")
                 kwargs[name] = v
             elif kind == "bool":
                 if not isinstance(v, bool):
-                    raise ValueError(f"{prefix}{name} = {_short(v)}: must be true or false")
+                    raise ValueError(f"{prefix}{name} = {short_repr(v)}: must be true or false")
                 kwargs[name] = v
             else:  # str, str | None
                 if not isinstance(v, str):
                     allowed = "a string or null" if kind.endswith("| None") else "a string"
-                    raise ValueError(f"{prefix}{name} = {_short(v)}: must be {allowed}")
+                    raise ValueError(f"{prefix}{name} = {short_repr(v)}: must be {allowed}")
                 kwargs[name] = v
         return cls(**kwargs)
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _finite(v: Any, field: str, kind: str = "float") -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         allowed = "a finite number or null" if kind.endswith("| None") else "a finite number"
-        raise ValueError(f"{field} = {_short(v)}: must be {allowed}")
+        raise ValueError(f"{field} = {short_repr(v)}: must be {allowed}")
     return float(v)
 
 
@@ -258,7 +257,7 @@ def _mapping(v: Any, field: str, *, int_keys: bool) -> dict[Any, float]:
     """``failure_rps`` (reason: rate) or ``batch_curve_ms`` (batch size: ms)."""
     what = "batch size" if int_keys else "reason"
     if not isinstance(v, Mapping):
-        raise ValueError(f"{field} = {_short(v)}: must be a JSON object of {what}: number")
+        raise ValueError(f"{field} = {short_repr(v)}: must be a JSON object of {what}: number")
     out: dict[Any, float] = {}
     for k, x in v.items():
         key: Any = k
@@ -268,8 +267,8 @@ def _mapping(v: Any, field: str, *, int_keys: bool) -> dict[Any, float]:
             except (TypeError, ValueError):
                 key = None
             if isinstance(k, bool) or key is None or key < 1:
-                raise ValueError(f"{field} = {_short(v)}: keys must be batch sizes (integers >= 1)")
+                raise ValueError(f"{field} = {short_repr(v)}: keys must be batch sizes (integers >= 1)")
         elif not isinstance(k, str):
-            raise ValueError(f"{field} = {_short(v)}: keys must be strings")
+            raise ValueError(f"{field} = {short_repr(v)}: keys must be strings")
         out[key] = _finite(x, f"{field}[{k!r}]")
     return out
