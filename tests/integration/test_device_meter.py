@@ -32,6 +32,11 @@ pytestmark = pytest.mark.triton
 MODEL = "dense_mlp"
 RATE = 80.0
 POLL_S = 0.25
+# Executions the copy in service runs before it is swapped (about 2 s at RATE, more when it
+# batches): its counters then stand far above what the new copy runs between its load and
+# the read after the swap, so "every counter restarted" is not a race. With none, the first
+# swap came 8 requests into the load and the new copy had run 10 by the read (CI, 2026-12-01).
+FLOOR = int(2 * RATE)
 
 
 @pytest.fixture(scope="module")
@@ -61,11 +66,15 @@ async def test_a_reload_restarts_every_counter_and_the_polled_meter_counts_both_
     stop = asyncio.Event()
     seen: list[dict[str, int]] = []
     try:
-        with BackgroundLoad(server.urls.grpc, MODEL, RATE, max_s=60) as load:
+        with BackgroundLoad(server.urls.grpc, MODEL, RATE, max_s=120) as load:
             start = await meter.read()
             ok_before = sum(1 for *_, outcome in load.done if outcome == "ok")
             poller = asyncio.ensure_future(meter.poll(stop, interval_s=POLL_S))
             for name in ("efficient", "latency-soft"):
+                await poll_until_async(
+                    lambda: counters(server.urls.http)["execution_count"] >= FLOOR,
+                    timeout_s=60, interval_s=POLL_S, what=f"the copy in service to run {FLOOR} batches",
+                )
                 before = await asyncio.to_thread(counters, server.urls.http)
                 result = await actuator.apply(profiles[name])
                 assert result.ok, result.message
