@@ -76,6 +76,26 @@ def test_bound_skips_idle_phases_and_needs_the_default() -> None:
     assert cl.per_phase_bound({"efficient": phases["efficient"]}, [0], 0.01) is None
 
 
+def test_reacting_bound_runs_the_previous_choice_for_the_first_seconds_of_a_phase() -> None:
+    # 10 s low, 20 s high, 10 s low again; efficient in the high phase only
+    phases = {"triton-default": [ph(*LOW), ph(2000, 0.0, 30.0, 4.0), ph(*LOW)],
+              "efficient": [ph(100, 0.0, 20.0, 6.0), ph(2000, 0.0, 35.0, 2.0), ph(100, 0.0, 20.0, 6.0)]}
+    got = cl.per_phase_bound(phases, [0, 2], 0.01, [10.0, 20.0, 10.0], 2.0)
+    assert got is not None
+    assert got["profiles"] == ["triton-default", "efficient", "triton-default"]
+    base = 800 + 8000 + 800
+    assert got["device_vs_default"] == pytest.approx((800 + 4000 + 800) / base, abs=1e-4)
+    # the first 2 s of the high phase on the default (a tenth), of the low again on efficient (a fifth)
+    late = 800 + 2000 * (0.1 * 4.0 + 0.9 * 2.0) + 100 * (0.2 * 6.0 + 0.8 * 8.0)
+    assert got["reacting"] == {"react_s": 2.0, "device_vs_default": pytest.approx(late / base, abs=1e-4)}
+    # a reaction as long as the phase: the previous choice throughout it
+    whole = cl.per_phase_bound(phases, [0, 2], 0.01, [10.0, 20.0, 10.0], 30.0)
+    assert whole is not None and whole["reacting"]["device_vs_default"] == pytest.approx(
+        (800 + 8000 + 600) / base, abs=1e-4)
+    # no durations, no reacting form
+    assert "reacting" not in cl.per_phase_bound(phases, [0, 2], 0.01)
+
+
 def current_files() -> list[Path]:
     return sorted(RESULTS.glob("*.json"))
 
@@ -89,4 +109,6 @@ def test_saved_bound_is_the_functions(path: Path) -> None:
         schedule = Schedule(tuple(Phase(p["name"], p["rate_rps"], p["duration_s"]) for p in run["phases"]))
         low = cl.low_phases(schedule)
         for mode, c in run["comparison"]["controllers"].items():
-            assert c["device_bound"] == cl.per_phase_bound(statics, low, cl.TARGETS[mode]), (path.name, mode)
+            durations = [p.duration_s for p in schedule.phases]
+            want = cl.per_phase_bound(statics, low, cl.TARGETS[mode], durations, cl.REACT_S[mode])
+            assert c["device_bound"] == want, (path.name, mode)
