@@ -335,7 +335,8 @@ def per_phase_bound(
     if default is None:
         return None
     chosen: list[str | None] = []
-    spent = base = 0.0
+    spent = late = base = 0.0
+    prev: str | None = None  # the choice in force; an idle phase carries it over
     for i, d in enumerate(default):
         if not d["requests"]:
             chosen.append(None)
@@ -350,22 +351,18 @@ def per_phase_bound(
             return None
         m = min(fits, key=lambda k: fits[k]["device_ms"])
         chosen.append(m)
-        spent += d["requests"] * fits[m]["device_ms"]
+        cost = fits[m]["device_ms"]
+        spent += d["requests"] * cost
+        if durations is not None and prev not in (None, m) and phases[prev][i]["device_ms"] is not None:
+            lag = min(1.0, react_s / durations[i])
+            cost = lag * phases[prev][i]["device_ms"] + (1 - lag) * cost
+        late += d["requests"] * cost
         base += d["requests"] * d["device_ms"]
+        prev = m
     if base <= 0:
         return None
     out: dict[str, Any] = {"device_vs_default": round(spent / base, 4), "profiles": chosen}
     if durations is not None and react_s > 0:
-        late, prev = 0.0, None
-        for i, m in enumerate(chosen):
-            if m is None:
-                continue  # idle: the profile in force carries over
-            cost = phases[m][i]["device_ms"]
-            if prev is not None and prev != m and phases[prev][i]["device_ms"] is not None:
-                lag = min(1.0, react_s / durations[i])
-                cost = lag * phases[prev][i]["device_ms"] + (1 - lag) * cost
-            late += default[i]["requests"] * cost
-            prev = m
         out["reacting"] = {"react_s": react_s, "device_vs_default": round(late / base, 4)}
     return out
 
@@ -389,13 +386,15 @@ def compare(
 
     best_static = min(statics, key=lambda s: (misses(s), results[s].device_ms or 1e9))
     default = results.get("triton-default")
+    lows_i = low_phases(schedule)
     out: dict[str, Any] = {
         "best_static": best_static,
         "best_static_per_phase": best_in_phase,
-        "low_phases": [schedule.phases[i].name for i in low_phases(schedule)],
+        "low_phases": [schedule.phases[i].name for i in lows_i],
         "controllers": {},
     }
     static_phases = {s: [p.to_dict() for p in results[s].phases] for s in statics}
+    durations = [p.duration_s for p in schedule.phases]
     for mode in ("reload", "gateway"):
         if mode not in results:
             continue
@@ -408,15 +407,12 @@ def compare(
         best = results[best_static]
         dev_best = (r.device_ms / best.device_ms) if best.device_ms and r.device_ms else None
         lows = []
-        for i in low_phases(schedule):
+        for i in lows_i:
             mine, theirs = r.phases[i].p95_ms, default.phases[i].p95_ms if default else None
             if mine is not None and theirs:
                 lows.append((mine / theirs, schedule.phases[i].name, mine, theirs))
         low = max(lows) if lows else None
-        bound = per_phase_bound(
-            static_phases, low_phases(schedule), TARGETS[mode],
-            [p.duration_s for p in schedule.phases], REACT_S[mode],
-        )
+        bound = per_phase_bound(static_phases, lows_i, TARGETS[mode], durations, REACT_S[mode])
         out["controllers"][mode] = {
             "excess_points": [round(100 * e, 3) for e in excess],
             "worst_phase": schedule.phases[worst].name,

@@ -108,7 +108,7 @@ def test_saved_bound_is_the_functions(path: Path) -> None:
         statics = {m: r["phases"] for m, r in modes.items() if m not in ("reload", "gateway")}
         schedule = Schedule(tuple(Phase(p["name"], p["rate_rps"], p["duration_s"]) for p in run["phases"]))
         low = cl.low_phases(schedule)
+        durations = [p.duration_s for p in schedule.phases]
         for mode, c in run["comparison"]["controllers"].items():
-            durations = [p.duration_s for p in schedule.phases]
             want = cl.per_phase_bound(statics, low, cl.TARGETS[mode], durations, cl.REACT_S[mode])
             assert c["device_bound"] == want, (path.name, mode)
