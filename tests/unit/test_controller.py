@@ -83,12 +83,14 @@ class FakeActuator:
         self.fail = fail or set()
         self.applied: list[str] = []
         self.urgent: list[bool] = []
+        self.saturated: list[bool] = []
         self.reconcile_result: ActuationResult | None = None
         self.closed = False
 
-    async def apply(self, profile, *, urgent: bool = False) -> ActuationResult:
+    async def apply(self, profile, *, urgent: bool = False, saturated: bool = False) -> ActuationResult:
         self.applied.append(profile.name)
         self.urgent.append(urgent)
+        self.saturated.append(saturated)
         if profile.name in self.fail:
             return ActuationResult(profile.name, False, 0.5, "rejected", "refused", self.live, True)
         self.live = profile.name
@@ -144,6 +146,7 @@ async def test_switch_is_applied_counted_and_logged(tmp_path):
     assert [d.reason for d in decisions] == [Reason.STEADY, Reason.OVERLOAD]
     assert act.applied == ["balanced"] and c.state.active == "balanced"
     assert act.urgent == [True]  # a survival move asks the actuator for its fast path
+    assert act.saturated == [True]
     assert c.state.last_actuation_s == pytest.approx(0.25)
     get = c.registry.get_sample_value
     assert get("autobatch_switches_total",

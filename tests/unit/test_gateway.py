@@ -685,16 +685,48 @@ async def test_with_prometheus_each_variant_is_its_pool_selector(tmp_path):
         # worse than the variant it relieves: roll back
         (win(mean_request_ms=500.0), win(mean_request_ms=400.0), False, "mean"),
         (win(p95_ms=950.0), win(p95_ms=900.0), False, "p95"),
+        (win(p95_ms=160.0, pending_delta=20.0), win(p95_ms=900.0), True, "better"),
+        # not a survival move: keeping up is no excuse, staying was an option
+        (win(p95_ms=160.0, pending_delta=0.0), win(p95_ms=80.0), False, "p95"),
         # failures fail, whatever the other variant did
         (win(failure_rps={"REJECTED": 1.0}), win(mean_request_ms=400.0), False, "failures"),
         # a reference that cannot be trusted (or none): the limits alone
         (win(mean_request_ms=80.0), win(stale=True, stale_reason="counter_reset"), False, "mean"),
         (win(mean_request_ms=80.0), None, False, "mean"),
+        (win(mean_request_ms=80.0, pending_delta=0.0), None, False, "mean"),
         (win(), win(mean_request_ms=400.0), True, "ok"),
     ],
 )
 def test_judge_against_the_variant_the_traffic_left(window, reference, ok, reason):
     verdict = judge(window, G, reference=reference)
+    assert (verdict.ok, verdict.reason) == (ok, reason), verdict.message
+
+
+@pytest.mark.parametrize(
+    ("window", "reference", "ok", "reason"),
+    [
+        # over the limits and worse than the other's, but it keeps up with the whole load
+        # (40 requests in the step, its queue grew by no more than a tenth of them): the
+        # variant it left cannot, so the shift stays (an early overload move: the other's
+        # summary p95 still spans the minute before the overload)
+        (win(p95_ms=160.0, pending_delta=4.0), win(p95_ms=80.0), True, "keeps_up"),
+        (win(mean_request_ms=120.0, pending_delta=0.0), win(mean_request_ms=60.0), True,
+         "keeps_up"),
+        (win(p95_ms=160.0, pending_delta=-3.0), None, True, "keeps_up"),
+        # one that falls behind as well is judged against the other, as before
+        (win(p95_ms=160.0, pending_delta=5.0), win(p95_ms=80.0), False, "p95"),
+        (win(p95_ms=160.0, pending_delta=5.0), win(p95_ms=900.0), True, "better"),
+        # a queue that cannot be read proves nothing
+        (win(p95_ms=160.0), win(p95_ms=80.0), False, "p95"),
+        # within the limits, a growing queue is the policy's to see, not the guard's
+        (win(pending_delta=20.0), win(), True, "ok"),
+        # failures fail, however it keeps up
+        (win(failure_rps={"BACKEND": 0.5}, p95_ms=160.0, pending_delta=0.0), win(), False,
+         "failures"),
+    ],
+)
+def test_judge_after_leaving_a_saturated_variant(window, reference, ok, reason):
+    verdict = judge(window, G, reference=reference, saturated=True)
     assert (verdict.ok, verdict.reason) == (ok, reason), verdict.message
 
 
@@ -712,6 +744,27 @@ async def test_an_urgent_shift_goes_straight_to_the_target_weight(ladder):
     assert signals["latency-soft"].begun == 1
     (step,) = act.steps_taken()
     assert step.verdict is not None and step.verdict.reason == "better"
+
+
+async def test_a_survival_shift_that_keeps_up_stays_though_over_the_limits(ladder):
+    gateway = FakeGateway({"lat": 100, "thr": 0})
+    # the move came early: the variant left still shows its minute before the overload
+    signals = {"latency-soft": FakeSignals([win(mean_request_ms=12.0, p95_ms=40.0)]),
+               "aggressive": FakeSignals([win(mean_request_ms=30.0, p95_ms=70.0, pending_delta=2.0)])}
+    act, _, _ = make(ladder, gateway, signals)
+    result = await act.apply(ladder[1], urgent=True, saturated=True)
+    assert result.ok and result.active == "aggressive", result.message
+    assert "urgent: the live variant was saturated" in result.message
+    (step,) = act.steps_taken()
+    assert step.verdict is not None and step.verdict.reason == "keeps_up"
+    # the same step on a direct move that was not for survival: staying was an option
+    gateway = FakeGateway({"lat": 100, "thr": 0})
+    signals = {"latency-soft": FakeSignals([win(mean_request_ms=12.0, p95_ms=40.0)]),
+               "aggressive": FakeSignals([win(mean_request_ms=30.0, p95_ms=70.0, pending_delta=2.0)])}
+    act, _, _ = make(ladder, gateway, signals)
+    result = await act.apply(ladder[1], urgent=True)
+    assert not result.ok and result.rolled_back and "over the 40.0 ms of the one it left" in result.message
+    assert "urgent" not in result.message
 
 
 async def test_an_urgent_shift_that_made_things_worse_rolls_back(ladder):

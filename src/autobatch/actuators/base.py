@@ -80,14 +80,18 @@ class Actuator(Protocol):
     name: str
     """Short kind, used as a metric label: 'triton', 'gateway', 'dry-run'."""
 
-    async def apply(self, profile: Profile, *, urgent: bool = False) -> ActuationResult:
+    async def apply(
+        self, profile: Profile, *, urgent: bool = False, saturated: bool = False
+    ) -> ActuationResult:
         """Make ``profile`` live, verify it, roll back on failure.
 
         ``urgent``: the policy moves to survive (the live profile cannot carry the
         load), or steps toward latency where the target costs about the same
         (:attr:`autobatch.policy.Reason.direct`). An actuator with a faster, less
         cautious path takes it (the gateway shifts straight to the target weight);
-        the others ignore it.
+        the others ignore it. ``saturated`` (with ``urgent``): a survival move, the
+        live profile cannot carry the load, so staying is no option to compare with
+        (the gateway's guard keeps a receiving variant that keeps up with the load).
         """
         ...
 

@@ -90,7 +90,9 @@ class DryRunActuator:
             )
         self._current: Profile | None = names.get(current) if current is not None else None
 
-    async def apply(self, profile: Profile, *, urgent: bool = False) -> ActuationResult:
+    async def apply(
+        self, profile: Profile, *, urgent: bool = False, saturated: bool = False
+    ) -> ActuationResult:
         t0 = self.clock()
         old = self._current
         if old is not None and old.name == profile.name and old == profile:

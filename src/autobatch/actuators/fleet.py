@@ -243,7 +243,9 @@ class TritonFleetActuator:
             await self.sleep(0.2)
 
     # -- the protocol ----------------------------------------------------------------------
-    async def apply(self, profile: Profile, *, urgent: bool = False) -> ActuationResult:
+    async def apply(
+        self, profile: Profile, *, urgent: bool = False, saturated: bool = False
+    ) -> ActuationResult:
         async with self._lock:
             t0 = self.clock()
             self.last_steps = []

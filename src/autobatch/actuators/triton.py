@@ -265,7 +265,9 @@ class TritonReloadActuator:
         return self._last_good.name if self._last_good else None
 
     # -- the protocol ----------------------------------------------------------------
-    async def apply(self, profile: Profile, *, urgent: bool = False) -> ActuationResult:
+    async def apply(
+        self, profile: Profile, *, urgent: bool = False, saturated: bool = False
+    ) -> ActuationResult:
         async with self._lock:
             t0 = self.clock()
             try:

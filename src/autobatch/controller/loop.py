@@ -253,7 +253,8 @@ class Controller:
             # Saved before the reload starts: a sidecar killed mid-switch dwells after its restart.
             await self._persist(last_switch_s=now)
             actuation = await self._apply(decision.target, reason=decision.reason.value,
-                                          urgent=decision.reason.direct)
+                                          urgent=decision.reason.direct,
+                                          saturated=decision.reason.kind == "survival")
             if actuation is not None and actuation.ok:
                 self.state = self.state.switched(decision.target, self.clock(), actuation.duration_s)
                 self.metrics.switches.labels(cfg.model, decision.reason.value, decision.target).inc()
@@ -342,11 +343,14 @@ class Controller:
             self._log.reopen()
 
     # -- helpers -------------------------------------------------------------------------
-    async def _apply(self, name: str, *, reason: str, urgent: bool = False) -> ActuationResult | None:
+    async def _apply(
+        self, name: str, *, reason: str, urgent: bool = False, saturated: bool = False
+    ) -> ActuationResult | None:
         cfg = self.config
         profile = cfg.profile(name)
-        # A survival move asks for the actuator's fast path; others keep the plain call.
-        call = self.actuator.apply(profile, urgent=True) if urgent else self.actuator.apply(profile)
+        # A direct move asks for the actuator's fast path; others keep the plain call.
+        call = (self.actuator.apply(profile, urgent=True, saturated=saturated) if urgent
+                else self.actuator.apply(profile))
         result = await self._call(call, "actuate", f"applying {name}")
         if result is None:
             self.metrics.actuation_failures.labels(cfg.model, "error").inc()

@@ -83,9 +83,12 @@ class Guard:
         baseline: Any,
         gateway_errors: float | None,
         reference: tuple[str, Any] | None = None,
+        *,
+        saturated: bool = False,
     ) -> Verdict:
         """Judge ``profile`` over the step since ``baseline``; with ``reference``
-        (``(profile, baseline)`` of the variant the traffic left), against that one."""
+        (``(profile, baseline)`` of the variant the traffic left), against that one;
+        ``saturated``: that one cannot carry the load (see :func:`judge`)."""
         sig = self.signals[profile]
         try:
             window = await sig.window(baseline)
@@ -98,7 +101,7 @@ class Guard:
                 ref_window = await self.signals[reference[0]].window(reference[1])
         return judge(
             window, self.settings, p95_before_ms=sig.p95_ms(baseline), gateway_errors=gateway_errors,
-            reference=ref_window,
+            reference=ref_window, saturated=saturated,
         )
 
     async def aclose(self) -> None:
@@ -178,14 +181,18 @@ class GatewayActuator:
         self._by_target = {v.target: v.profile for v in self.variants.values()}
 
     # -- the protocol ----------------------------------------------------------------------
-    async def apply(self, profile: Profile, *, urgent: bool = False) -> ActuationResult:
+    async def apply(
+        self, profile: Profile, *, urgent: bool = False, saturated: bool = False
+    ) -> ActuationResult:
         """Shift the traffic onto ``profile``'s variant, in guarded steps.
 
         ``urgent`` (the policy's survival moves: the live variant is saturated) skips
         the intermediate steps and writes the target weights at once: every step
         would leave most of the traffic on the variant that cannot carry it. The
         guard still judges the one step, against the variant the traffic left, and
-        rolls back if the shift made things worse.
+        rolls back if the shift made things worse. ``saturated`` (a survival move:
+        the variant it leaves cannot carry the load) also keeps a receiving variant
+        over the limits that keeps up with the load (:func:`judge`).
         """
         async with self._lock:
             t0 = self.clock()
@@ -201,7 +208,7 @@ class GatewayActuator:
             except GatewayFailure as exc:
                 return self._result(profile, t0, ok=False, reason=exc.reason, message=str(exc))
             return await self._shift(profile, variant, weights, t0, ok_reason="applied",
-                                     urgent=urgent)
+                                     urgent=urgent, saturated=saturated)
 
     async def live_profile(self) -> str | None:
         """The profile whose variant holds the majority of the traffic; None if none does."""
@@ -281,6 +288,7 @@ class GatewayActuator:
         *,
         ok_reason: str,
         urgent: bool = False,
+        saturated: bool = False,
     ) -> ActuationResult:
         plan = plan_shift(weights, variant.target, self.steps)
         source = self._live(weights)
@@ -346,7 +354,8 @@ class GatewayActuator:
                 await self.sleep(self.step_dwell_s)
             errors1 = await self._gateway_errors(variant.target)
             delta = errors1 - errors0 if errors0 is not None and errors1 is not None else None
-            verdict = await self.guard.check(profile.name, baseline, delta, reference)
+            verdict = await self.guard.check(profile.name, baseline, delta, reference,
+                                             saturated=urgent and saturated)
             self._history.append(StepRecord(profile.name, step, record.started_s, verdict))
             if not verdict.ok:
                 return await self._roll_back(
@@ -354,7 +363,8 @@ class GatewayActuator:
                     why=f"guard: at {describe_step(step)}, {variant.model} {verdict.message}",
                 )
             log.info("gateway: %s at %s: %s", variant.target, describe_step(step), verdict.message)
-        how = " at once (urgent: the live variant was saturated)" if urgent else ""
+        how = "" if not urgent else (
+            " at once (urgent: the live variant was saturated)" if saturated else " at once")
         return self._result(
             profile, t0, ok=True, reason=ok_reason, active=profile.name,
             message=f"traffic shifted onto {variant.target} ({variant.model}){how} in "

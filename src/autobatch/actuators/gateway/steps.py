@@ -43,6 +43,10 @@ __all__ = [
 DEFAULT_STEPS = (25, 50, 100)
 """Percent of the traffic on the receiving variant after each step."""
 
+KEEP_UP_SHARE = 0.1
+"""After a survival shift, a receiving variant keeps up with its load when its queue
+grew by no more than this share of the requests it completed during the step."""
+
 SHARE_TOLERANCE = 0.01
 """How far a share read back may be from the one written: weights are integers
 on the gateway (HAProxy: 0..256), so a percent does not always map exactly."""
@@ -197,7 +201,8 @@ class GuardSettings:
 class Verdict:
     ok: bool
     reason: str
-    """'ok', 'better', 'no_traffic', 'stale', 'unreachable', 'failures', 'gateway_errors', 'mean', 'p95'."""
+    """'ok', 'better', 'keeps_up', 'no_traffic', 'stale', 'unreachable', 'failures',
+    'gateway_errors', 'mean', 'p95'."""
     message: str
     requests: float = 0.0
     """Requests the variant completed during the step (successful or failed)."""
@@ -212,6 +217,7 @@ def judge(
     p95_before_ms: float | None = None,
     gateway_errors: float | None = None,
     reference: Any = None,
+    saturated: bool = False,
 ) -> Verdict:
     """The verdict on one step from the receiving variant's window over it.
 
@@ -224,7 +230,14 @@ def judge(
     over the limits then fails the step only when it is also worse than the
     reference's: a shift out of an overload is judged on whether it made things
     worse, not on whether the overload is already gone. Failures always fail.
-    Pure: no clock, no I/O.
+
+    ``saturated``: the variant the traffic left cannot carry the load (a survival
+    move), so its queue grows for as long as the traffic stays there. A receiving
+    variant over the limits that keeps up with the load (its queue grew by no more
+    than :data:`KEEP_UP_SHARE` of the requests it completed) passes as ``keeps_up``:
+    its first step carries the whole load at once, and the other's summary p95 still
+    spans the minute before the overload, so comparing the two says nothing about
+    staying. Pure: no clock, no I/O.
     """
     if window.stale:
         return Verdict(
@@ -267,6 +280,19 @@ def judge(
     ref_mean = None if ref is None else ref.mean_request_ms
     ref_p95 = None if ref is None else ref.p95_ms
     mean_limit = settings.mean_ms if settings.mean_ms is not None else settings.p95_ms
+    grew = getattr(window, "pending_delta", None)
+    over = [
+        f"{name} {value:.1f} ms over {limit:g} ms"
+        for name, value, limit in (("mean", mean, mean_limit), ("p95", p95, settings.p95_ms))
+        if value is not None and value > limit
+    ]
+    if saturated and over and grew is not None and grew <= KEEP_UP_SHARE * requests:
+        return Verdict(
+            True, "keeps_up",
+            f"{requests:.0f} requests, {', '.join(over)}, but it kept up with the load "
+            f"(queue {grew:+.0f}) that the saturated variant it left cannot carry",
+            **figures,
+        )
     if mean is not None and mean > mean_limit and (ref_mean is None or mean > ref_mean):
         than = "" if ref_mean is None else f" and over the {ref_mean:.1f} ms of the one it left"
         return Verdict(
@@ -280,21 +306,31 @@ def judge(
         if rose and (ref_p95 is None or p95 > ref_p95):
             return Verdict(
                 False, "p95",
-                f"its p95 is {p95:.1f} ms, over {settings.p95_ms:g} ms",
+                f"its p95 is {p95:.1f} ms, over {settings.p95_ms:g} ms"
+                + ("" if ref_p95 is None else f" and over the {ref_p95:.1f} ms of the one it left")
+                + ("" if grew is None else f" (queue {grew:+.0f} over the step)"),
                 **figures,
             )
     if ref is not None and mean is not None and mean > mean_limit:
         return Verdict(
             True, "better",
             f"{requests:.0f} requests, mean {mean:.1f} ms: over {mean_limit:g} ms, but under the "
-            f"{ref_mean:.1f} ms of the saturated variant it relieves",
+            f"{ref_mean:.1f} ms of the variant it left",
+            **figures,
+        )
+    if ref_p95 is not None and p95 is not None and settings.p95_ms < p95 <= ref_p95:
+        return Verdict(
+            True, "better",
+            f"{requests:.0f} requests, p95 {p95:.1f} ms: over {settings.p95_ms:g} ms, but under the "
+            f"{ref_p95:.1f} ms of the variant it left",
             **figures,
         )
     mean_txt = "-" if mean is None else f"{mean:.1f} ms"
     p95_txt = "-" if p95 is None else f"{p95:.1f} ms"
     return Verdict(
         True, "ok",
-        f"{requests:.0f} requests, mean {mean_txt}, p95 {p95_txt}, no failures",
+        f"{requests:.0f} requests, mean {mean_txt}, p95 {p95_txt}, no failures"
+        + ("" if grew is None else f", queue {grew:+.0f}"),
         **figures,
     )
 
