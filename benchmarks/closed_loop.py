@@ -78,6 +78,7 @@ DEVICE_TARGET = 0.8
 LOW_P95_TARGET = 1.1
 LOW_SHARE = 0.25
 """A phase is low when its rate is at most this share of the schedule's peak (and not idle)."""
+RESULTS_DIR = ROOT / "benchmarks" / "results" / "closed_loop"
 REACT_S = {"gateway": 2.0, "reload": 5.0}
 """Seconds into a phase before the bound's choice for it takes effect, in its reacting form:
 at the shipped 1 s interval an efficiency move needs two windows that saw the new load
@@ -433,6 +434,59 @@ def compare(
     return out
 
 
+CHECK_PHASE = "burst"
+CHECK_SLOWER = 1.1
+"""The machine check fails when Triton's default spends more than this times the
+slowest saved run's device time a request in the bursts' burst ..."""
+CHECK_OVER_POINTS = 2.0
+"""... or sends this many points more of it over the SLO than the worst saved run."""
+
+
+def saved_check_phases(folder: Path) -> list[tuple[str, dict[str, Any]]]:
+    """The default's burst phase in every current (not superseded) saved run of the bursts
+    with two instances: what :func:`machine_check` compares a check against."""
+    out = []
+    for f in sorted(folder.glob("*.json")):
+        doc = json.loads(f.read_text(encoding="utf-8"))
+        for run in doc.get("data", {}).get("runs", []):
+            mode = run.get("modes", {}).get("triton-default")
+            if run.get("schedule") != "bursty" or run.get("instances") != 2 or not mode:
+                continue
+            out += [(f.stem, p) for p in mode["phases"] if p["name"] == CHECK_PHASE]
+    return out
+
+
+def machine_check(phase: dict[str, Any], saved: list[tuple[str, dict[str, Any]]]) -> tuple[bool, str]:
+    """Whether this machine runs dense_mlp as fast as it did for the saved runs, from the
+    default's burst in a check (``phase``) against the same phase in the saved runs.
+
+    The VM's speed for torch moves by 1.4-2.4x within a day (2026-12-01), invisibly to a
+    pure-Python probe; the default's burst at 150/s on two instances is the clearest
+    reading (saved runs: 3.65-3.75 ms a request, 0.1-0.8% over the SLO)."""
+    if not saved:
+        raise ValueError("no saved run to compare with")
+    devs = [p["device_ms"] for _, p in saved if p.get("device_ms")]
+    shares = [p["over_slo_share"] for _, p in saved]
+    dev, share = phase.get("device_ms"), phase["over_slo_share"]
+    ratio = None if dev is None or not devs else dev / max(devs)
+    slow = (ratio is None or ratio > CHECK_SLOWER
+            or 100 * (share - max(shares)) > CHECK_OVER_POINTS)
+    dev_txt = "-" if dev is None else f"{dev:.2f} ms"
+    ratio_txt = "-" if ratio is None else f"{ratio:.2f}x"
+    text = (
+        f"machine check: Triton's default in the bursts' {CHECK_PHASE} (150/s, two instances) "
+        f"spent {dev_txt} of device time a request, {ratio_txt} the slowest of {len(saved)} saved "
+        f"runs ({min(devs):.2f}-{max(devs):.2f} ms), and sent {share:.1%} over the SLO (saved: "
+        f"{min(shares):.1%}-{max(shares):.1%}): "
+    )
+    if slow:
+        return False, text + (
+            f"SLOWER than when the saved runs were made (limits {CHECK_SLOWER:g}x and "
+            f"+{CHECK_OVER_POINTS:g} points); closed-loop figures measured now do not compare "
+            "with them, so do not save runs now")
+    return True, text + "as fast as for the saved runs"
+
+
 def bound_note(c: dict[str, Any]) -> str:
     """``; per-phase bound 0.76x, 0.82x reacting in 5 s``: the least device time the static
     runs allow, and the same choices made that long into each phase (per_phase_bound)."""
@@ -609,10 +663,29 @@ def main() -> None:
                     help="copy each controller mode's decision log into DIR")
     ap.add_argument("--no-save", action="store_true", help="do not write a result file (smoke runs)")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
+    ap.add_argument("--check-machine", action="store_true",
+                    help="about a minute: Triton's default alone on the bursts with two instances, "
+                    "against the saved runs of the same; exit 1 if this machine is slower than it "
+                    "was for them (run it before measuring; saves nothing)")
     args = ap.parse_args()
     console = Console(stderr=args.json, width=200)
+    if args.check_machine:
+        saved = saved_check_phases(RESULTS_DIR)
+        if not saved:
+            print(f"closed_loop: --check-machine: no saved run of the bursts with two instances "
+                  f"under {RESULTS_DIR.relative_to(ROOT)} to compare with", file=sys.stderr)
+            raise SystemExit(2)
+        args.schedule, args.instances, args.modes, args.no_save = ["bursty"], "2", "triton-default", True
     logs: dict[str, bytes] = {}
     result = asyncio.run(main_async(args, console, logs))
+    if args.check_machine:
+        (run,) = result["runs"]
+        (phase,) = [p for p in run["modes"]["triton-default"]["phases"] if p["name"] == CHECK_PHASE]
+        ok, text = machine_check(phase, saved)
+        console.print(text)
+        if args.json:
+            print(json.dumps({"ok": ok, "message": text, "phase": phase}, indent=1, default=str))
+        raise SystemExit(0 if ok else 1)
     if not args.no_save:
         # Beside the result, its decision logs: tests/unit/test_results_replay.py replays
         # them through the shipped policy, so the figures on record describe it.

@@ -112,3 +112,32 @@ def test_saved_bound_is_the_functions(path: Path) -> None:
         for mode, c in run["comparison"]["controllers"].items():
             want = cl.per_phase_bound(statics, low, cl.TARGETS[mode], durations, cl.REACT_S[mode])
             assert c["device_bound"] == want, (path.name, mode)
+
+
+# -- the machine check: the default's burst against the saved runs' -----------------------
+
+SAVED = [("a", {"device_ms": 3.65, "over_slo_share": 0.002}),
+         ("b", {"device_ms": 3.75, "over_slo_share": 0.008})]
+
+
+@pytest.mark.parametrize(
+    ("device_ms", "share", "ok"),
+    [
+        (3.70, 0.005, True),  # as the saved runs
+        (4.10, 0.020, True),  # 1.09x the slowest, 1.2 points more over
+        (4.20, 0.005, False),  # 1.12x: 2026-12-01 15:37 read 4.38 with 6.7% over
+        (3.70, 0.030, False),  # the device as fast, but 2.2 points more over the SLO
+        (None, 0.0, False),  # no device reading: no check
+    ],
+)
+def test_machine_check(device_ms: float | None, share: float, ok: bool) -> None:
+    passed, text = cl.machine_check({"device_ms": device_ms, "over_slo_share": share}, SAVED)
+    assert passed is ok, text
+    assert ("SLOWER" in text) is (not ok) and "3.65-3.75 ms" in text
+
+
+def test_the_machine_check_reads_the_current_bursts_runs() -> None:
+    saved = cl.saved_check_phases(RESULTS)
+    assert saved and all(p["name"] == cl.CHECK_PHASE and p["device_ms"] for _, p in saved)
+    with pytest.raises(ValueError):
+        cl.machine_check({"device_ms": 3.7, "over_slo_share": 0.0}, [])
