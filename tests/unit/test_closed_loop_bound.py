@@ -114,30 +114,44 @@ def test_saved_bound_is_the_functions(path: Path) -> None:
             assert c["device_bound"] == want, (path.name, mode)
 
 
-# -- the machine check: the default's burst against the saved runs' -----------------------
+# -- the machine check: the default's phases against the saved runs' -----------------------
 
-SAVED = [("a", {"device_ms": 3.65, "over_slo_share": 0.002}),
-         ("b", {"device_ms": 3.75, "over_slo_share": 0.008})]
+SAVED = {
+    "low": [("a", {"name": "low", "device_ms": 7.9, "over_slo_share": 0.0}),
+            ("b", {"name": "low", "device_ms": 8.0, "over_slo_share": 0.0})],
+    "idle": [("a", {"name": "idle", "device_ms": None, "over_slo_share": 0.0})],
+    "burst": [("a", {"name": "burst", "device_ms": 3.65, "over_slo_share": 0.002}),
+              ("b", {"name": "burst", "device_ms": 3.75, "over_slo_share": 0.008})],
+}
+
+
+def phases(burst_ms: float | None, burst_share: float, low_ms: float = 7.8) -> list[dict[str, Any]]:
+    return [{"name": "low", "device_ms": low_ms, "over_slo_share": 0.0},
+            {"name": "idle", "device_ms": None, "over_slo_share": 0.0},
+            {"name": "burst", "device_ms": burst_ms, "over_slo_share": burst_share},
+            {"name": "tail", "device_ms": 9.9, "over_slo_share": 0.5}]  # no saved reading: not judged
 
 
 @pytest.mark.parametrize(
-    ("device_ms", "share", "ok"),
+    ("run", "ok", "worst"),
     [
-        (3.70, 0.005, True),  # as the saved runs
-        (4.10, 0.020, True),  # 1.09x the slowest, 1.2 points more over
-        (4.20, 0.005, False),  # 1.12x: 2026-12-01 15:37 read 4.38 with 6.7% over
-        (3.70, 0.030, False),  # the device as fast, but 2.2 points more over the SLO
-        (None, 0.0, False),  # no device reading: no check
+        (phases(3.70, 0.005), True, "burst: 3.70 ms a request, 0.99x"),  # as the saved runs
+        (phases(4.10, 0.020), True, "burst: 4.10 ms a request, 1.09x"),  # 1.2 points more over
+        (phases(4.20, 0.005), False, "burst: 4.20 ms a request, 1.12x"),  # 15:37 read 4.38
+        (phases(3.70, 0.030), False, "+2.2 points"),  # as fast, but more over the SLO
+        (phases(3.70, 0.005, low_ms=11.7), False, "low: 11.70 ms a request, 1.46x"),  # 18:07
+        (phases(None, 0.005), False, "burst: no reading"),  # nothing to tell the speed by
     ],
 )
-def test_machine_check(device_ms: float | None, share: float, ok: bool) -> None:
-    passed, text = cl.machine_check({"device_ms": device_ms, "over_slo_share": share}, SAVED)
+def test_machine_check(run: list[dict[str, Any]], ok: bool, worst: str) -> None:
+    passed, text = cl.machine_check(run, SAVED)
     assert passed is ok, text
-    assert ("SLOWER" in text) is (not ok) and "3.65-3.75 ms" in text
+    assert ("SLOWER" in text) is (not ok) and worst in text
 
 
-def test_the_machine_check_reads_the_current_bursts_runs() -> None:
-    saved = cl.saved_check_phases(RESULTS)
-    assert saved and all(p["name"] == cl.CHECK_PHASE and p["device_ms"] for _, p in saved)
+def test_the_machine_check_reads_the_current_runs() -> None:
+    saved = cl.saved_default_phases(RESULTS, "bursty", 2)
+    assert len(saved["burst"]) >= 3 and all(p["device_ms"] for _, p in saved["burst"])
+    assert cl.saved_default_phases(RESULTS, "bursty", 7) == {}
     with pytest.raises(ValueError):
-        cl.machine_check({"device_ms": 3.7, "over_slo_share": 0.0}, [])
+        cl.machine_check([{"name": "burst", "device_ms": 3.7, "over_slo_share": 0.0}], {})
