@@ -186,11 +186,12 @@ class GatewayActuator:
     ) -> ActuationResult:
         """Shift the traffic onto ``profile``'s variant, in guarded steps.
 
-        ``urgent`` (the policy's survival moves: the live variant is saturated) skips
-        the intermediate steps and writes the target weights at once: every step
-        would leave most of the traffic on the variant that cannot carry it. The
-        guard still judges the one step, against the variant the traffic left, and
-        rolls back if the shift made things worse. ``saturated`` (a survival move:
+        ``urgent`` (the policy's direct moves: survival, whose live variant cannot carry
+        the load, and the steps toward latency that cost nothing) skips the
+        intermediate steps and writes the target weights at once: every step would
+        leave most of the traffic where it should not be. The guard still judges the
+        one step, against the variant the traffic left, and rolls back if the shift
+        made things worse. ``saturated`` (a survival move:
         the variant it leaves cannot carry the load) also keeps a receiving variant
         over the limits that keeps up with the load (:func:`judge`).
         """
