@@ -505,6 +505,37 @@ def machine_check(phases: list[dict[str, Any]], saved: Saved) -> tuple[bool, str
     return True, text + "as fast as for the saved runs"
 
 
+CHECK_DRIFT = 1.15
+"""The most the first phase's device time a request may differ between the modes that
+served it on Triton's default (the default itself and the controllers, which start
+there) before the run is taken to have changed machine speed between its modes.
+The saved runs: 1.01-1.09x (1.12x on the slow morning of 2026-12-01)."""
+
+
+def drift_check(modes: dict[str, dict[str, Any]]) -> tuple[bool, str] | None:
+    """Whether the machine kept its speed from one mode of a run to the next: the first
+    phase's device time a request in every mode that served all of it on Triton's default
+    (the same work, at the same rate, on the same profile). None when fewer than two did.
+
+    The modes run one after the other for 5-11 minutes, and the VM's speed for torch can
+    move by 1.4x within one (2026-12-01 19:02: the default's first phase 6.50 ms a request,
+    the controllers' 8.37-8.90), and then the side-by-side comparison is not one."""
+    readings = {
+        mode: r["phases"][0]["device_ms"] for mode, r in modes.items()
+        if r["phases"] and r["phases"][0].get("device_ms")
+        and r["phases"][0].get("profiles") == {"triton-default": 1.0}
+    }
+    if len(readings) < 2:
+        return None
+    lo, hi = min(readings, key=readings.__getitem__), max(readings, key=readings.__getitem__)
+    drift = readings[hi] / readings[lo]
+    text = (f"drift check, the first phase on Triton's default: {hi} {readings[hi]:.2f} ms a request, "
+            f"{lo} {readings[lo]:.2f}: {drift:.2f}x (limit {CHECK_DRIFT:g}x)")
+    if drift > CHECK_DRIFT:
+        return False, text + ": the machine changed speed between the modes of this run"
+    return True, text
+
+
 def bound_note(c: dict[str, Any]) -> str:
     """``; per-phase bound 0.76x, 0.82x reacting in 5 s``: the least device time the static
     runs allow, and the same choices made that long into each phase (per_phase_bound)."""
@@ -687,7 +718,8 @@ def main() -> None:
                     "was for them (run it before measuring; saves nothing)")
     ap.add_argument("--save-anyway", action="store_true",
                     help="save the result although Triton's default in it ran slower than in the "
-                    "saved runs of its schedule (the check and its verdict are saved with it)")
+                    "saved runs of its schedule, or the machine's speed moved between its modes "
+                    "(the checks' verdicts are saved with it)")
     args = ap.parse_args()
     console = Console(stderr=args.json, width=200)
     if args.check_machine:
@@ -705,6 +737,11 @@ def main() -> None:
     for run in result["runs"]:
         default = run["modes"].get("triton-default")
         saved = saved_default_phases(RESULTS_DIR, run["schedule"], run["instances"])
+        drift = drift_check(run["modes"])
+        if drift is not None:
+            checks.append(drift[0])
+            run["drift_check"] = {"ok": drift[0], "message": drift[1]}
+            console.print(f"{run['schedule']} x {run['instances']}: {drift[1]}")
         if not default or not any(saved.get(p["name"]) for p in default["phases"]):
             continue  # a new schedule, or a run without the default: nothing to compare
         ok, text = machine_check(default["phases"], saved)
@@ -718,8 +755,8 @@ def main() -> None:
         raise SystemExit(1 if slow else 0)
     if not args.no_save:
         if slow and not args.save_anyway:
-            console.print("closed_loop: not saved: the machine check failed (above); run again when "
-                          "`closed_loop.py --check-machine` passes, or pass --save-anyway")
+            console.print("closed_loop: not saved: a machine or drift check failed (above); run again "
+                          "when `closed_loop.py --check-machine` passes, or pass --save-anyway")
             raise SystemExit(1)
         # Beside the result, its decision logs: tests/unit/test_results_replay.py replays
         # them through the shipped policy, so the figures on record describe it.

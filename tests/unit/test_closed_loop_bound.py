@@ -155,3 +155,39 @@ def test_the_machine_check_reads_the_current_runs() -> None:
     assert cl.saved_default_phases(RESULTS, "bursty", 7) == {}
     with pytest.raises(ValueError):
         cl.machine_check([{"name": "burst", "device_ms": 3.7, "over_slo_share": 0.0}], {})
+
+
+def modes(**first: tuple[float | None, dict[str, float]]) -> dict[str, dict[str, Any]]:
+    return {m: {"phases": [{"name": "low", "device_ms": dev, "profiles": prof}]}
+            for m, (dev, prof) in first.items()}
+
+
+DEFAULT = {"triton-default": 1.0}
+
+
+@pytest.mark.parametrize(
+    ("run", "ok"),
+    [
+        # 2026-11-30 20:57: the same work within 2%; efficient batches, so it does not count
+        (modes(**{"triton-default": (8.00, DEFAULT), "efficient": (7.25, {"efficient": 1.0}),
+                  "reload": (8.14, DEFAULT), "gateway": (8.01, DEFAULT)}), True),
+        # 2026-12-01 19:02: the machine slowed down between the default and the controllers
+        (modes(**{"triton-default": (6.50, DEFAULT), "reload": (8.90, DEFAULT),
+                  "gateway": (8.37, DEFAULT)}), False),
+        # a controller that moved during the first phase served part of it elsewhere
+        (modes(**{"triton-default": (6.50, DEFAULT),
+                  "gateway": (8.90, {"triton-default": 0.6, "efficient": 0.4})}), None),
+        (modes(**{"triton-default": (6.50, DEFAULT), "reload": (None, DEFAULT)}), None),
+    ],
+)
+def test_drift_check(run: dict[str, dict[str, Any]], ok: bool | None) -> None:
+    verdict = cl.drift_check(run)
+    assert (None if verdict is None else verdict[0]) is ok, verdict
+
+
+@pytest.mark.parametrize("path", current_files(), ids=lambda p: p.stem)
+def test_every_saved_run_passes_the_drift_check(path: Path) -> None:
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    for run in doc["data"]["runs"]:
+        verdict = cl.drift_check(run["modes"])
+        assert verdict is None or verdict[0], (path.name, verdict)
