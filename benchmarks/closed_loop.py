@@ -446,18 +446,25 @@ Saved = dict[str, list[tuple[str, dict[str, Any]]]]
 """Phase name -> (result file stem, Triton's default's figures in that phase) per saved run."""
 
 
-def saved_default_phases(folder: Path, schedule: str, instances: int) -> Saved:
-    """Triton's default's phases in every current (not superseded) saved run of ``schedule``
-    with ``instances``, by phase name: what :func:`machine_check` compares a run against."""
-    out: Saved = {}
+def saved_runs(folder: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(file stem, run) for every run in the current (not superseded) saved files."""
+    out = []
     for f in sorted(folder.glob("*.json")):
         doc = json.loads(f.read_text(encoding="utf-8"))
-        for run in doc.get("data", {}).get("runs", []):
-            mode = run.get("modes", {}).get("triton-default")
-            if run.get("schedule") != schedule or run.get("instances") != instances or not mode:
-                continue
-            for ph in mode["phases"]:
-                out.setdefault(ph["name"], []).append((f.stem, ph))
+        out += [(f.stem, run) for run in doc.get("data", {}).get("runs", [])]
+    return out
+
+
+def saved_default_phases(runs: list[tuple[str, dict[str, Any]]], schedule: str, instances: int) -> Saved:
+    """Triton's default's phases in the saved ``runs`` (:func:`saved_runs`) of ``schedule``
+    with ``instances``, by phase name: what :func:`machine_check` compares a run against."""
+    out: Saved = {}
+    for stem, run in runs:
+        mode = run.get("modes", {}).get("triton-default")
+        if run.get("schedule") != schedule or run.get("instances") != instances or not mode:
+            continue
+        for ph in mode["phases"]:
+            out.setdefault(ph["name"], []).append((stem, ph))
     return out
 
 
@@ -722,9 +729,9 @@ def main() -> None:
                     "(the checks' verdicts are saved with it)")
     args = ap.parse_args()
     console = Console(stderr=args.json, width=200)
+    on_record = saved_runs(RESULTS_DIR)  # read before this run saves its own
     if args.check_machine:
-        saved = saved_default_phases(RESULTS_DIR, "bursty", 2)
-        if not saved:
+        if not saved_default_phases(on_record, "bursty", 2):
             print(f"closed_loop: --check-machine: no saved run of the bursts with two instances "
                   f"under {RESULTS_DIR.relative_to(ROOT)} to compare with", file=sys.stderr)
             raise SystemExit(2)
@@ -736,7 +743,7 @@ def main() -> None:
     checks = []
     for run in result["runs"]:
         default = run["modes"].get("triton-default")
-        saved = saved_default_phases(RESULTS_DIR, run["schedule"], run["instances"])
+        saved = saved_default_phases(on_record, run["schedule"], run["instances"])
         drift = drift_check(run["modes"])
         if drift is not None:
             checks.append(drift[0])

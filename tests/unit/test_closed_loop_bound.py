@@ -150,9 +150,10 @@ def test_machine_check(run: list[dict[str, Any]], ok: bool, worst: str) -> None:
 
 
 def test_the_machine_check_reads_the_current_runs() -> None:
-    saved = cl.saved_default_phases(RESULTS, "bursty", 2)
+    runs = cl.saved_runs(RESULTS)
+    saved = cl.saved_default_phases(runs, "bursty", 2)
     assert len(saved["burst"]) >= 3 and all(p["device_ms"] for _, p in saved["burst"])
-    assert cl.saved_default_phases(RESULTS, "bursty", 7) == {}
+    assert cl.saved_default_phases(runs, "bursty", 7) == {}
     with pytest.raises(ValueError):
         cl.machine_check([{"name": "burst", "device_ms": 3.7, "over_slo_share": 0.0}], {})
 
