@@ -51,6 +51,7 @@ def win(end: float = 100.0, **kw) -> Window:
 
 SATURATED = dict(inference_rps=520.0, mean_batch_size=8.0, mean_queue_ms=80.0,
                  pending_requests=60.0, pending_delta=40.0, p95_ms=140.0)
+RELIEF_AT = dict(inference_rps=300.0, mean_batch_size=4.0, mean_queue_ms=3.0, p95_ms=70.0)
 SELF_WAIT = dict(inference_rps=20.0, mean_batch_size=1.2, mean_queue_ms=19.0, p95_ms=30.0)
 
 
@@ -99,9 +100,11 @@ SELF_WAIT = dict(inference_rps=20.0, mean_batch_size=1.2, mean_queue_ms=19.0, p9
         ("queue far above the delay, a deep backlog, under capacity", "latency-soft",
          win(**dict(SATURATED, inference_rps=400.0, pending_delta=0.0)), {}, {},
          Action.SWITCH, "balanced", Reason.SATURATION),
+        # ... but p95 over the SLO at the bottom, where aggressive spends 22% less device
+        # time a request: relief
         ("long queue but backlog not growing is not saturation", "latency-soft",
          win(**dict(SATURATED, pending_delta=0.0, pending_requests=2.0)), {}, {},
-         Action.HOLD, "latency-soft", Reason.AT_LIMIT),
+         Action.SWITCH, "aggressive", Reason.RELIEF),
         # self-inflicted waiting: step toward latency if the lower profile carries the load
         ("self-inflicted wait", "aggressive", win(**SELF_WAIT), {}, {},
          Action.SWITCH, "balanced", Reason.SELF_INFLICTED_WAIT),
@@ -137,6 +140,30 @@ SELF_WAIT = dict(inference_rps=20.0, mean_batch_size=1.2, mean_queue_ms=19.0, p9
         ("p95 over the SLO, quick requests, the summary trusted alone", "aggressive",
          win(p95_ms=70.0, mean_queue_ms=2.0, mean_request_ms=9.0, busy_share=0.8), {},
          {"breach_min_mean": 0.0}, Action.SWITCH, "balanced", Reason.SLO_BREACH),
+        # relief: p95 over the SLO at the bottom, not saturated; at 300/s balanced forms
+        # latency-soft's batches (no saving), aggressive saves 38% of the device time
+        ("relief: a breach at the bottom, a rung above spends less device time", "latency-soft",
+         win(**RELIEF_AT), {}, {}, Action.SWITCH, "aggressive", Reason.RELIEF),
+        ("relief refused: the instances are busy (a reload loads on them)", "latency-soft",
+         win(**RELIEF_AT, busy_share=0.8), {}, {"efficiency_max_busy": 0.7},
+         Action.HOLD, "latency-soft", Reason.AT_LIMIT),
+        ("relief refused: no rung saves min_saving", "latency-soft", win(**RELIEF_AT), {},
+         {"min_saving": 0.5, "latency_tolerance": 0.05}, Action.HOLD, "latency-soft",
+         Reason.AT_LIMIT),
+        ("relief refused: aggressive read worse near this rate", "latency-soft", win(**RELIEF_AT),
+         {"relief_worse": ("aggressive", 250.0)}, {}, Action.HOLD, "latency-soft",
+         Reason.AT_LIMIT),
+        ("relief at twice the rate aggressive read worse at", "latency-soft", win(**RELIEF_AT),
+         {"relief_worse": ("aggressive", 140.0)}, {}, Action.SWITCH, "aggressive", Reason.RELIEF),
+        ("relief: the breach is old news (quick requests)", "latency-soft",
+         win(**RELIEF_AT, mean_request_ms=9.0), {}, {}, Action.HOLD, "latency-soft", Reason.STEADY),
+        ("relieved: p95 over the SLO, but under what the bottom read", "aggressive",
+         win(**dict(RELIEF_AT, mean_batch_size=8.0, p95_ms=65.0)),
+         {"relief_from": ("latency-soft", 70.0)}, {}, Action.HOLD, "aggressive", Reason.RELIEVED),
+        ("relief made it worse: a step toward latency", "aggressive",
+         win(**dict(RELIEF_AT, mean_batch_size=8.0, p95_ms=75.0)),
+         {"relief_from": ("latency-soft", 70.0)}, {}, Action.SWITCH, "balanced",
+         Reason.SLO_BREACH),
         ("p99 over its SLO", "aggressive", win(p99_ms=90.0, mean_queue_ms=2.0), {},
          {"slo_p99_ms": 80.0}, Action.SWITCH, "balanced", Reason.SLO_BREACH),
         ("p95 over the SLO but the summary still holds the old profile", "aggressive",
@@ -192,6 +219,26 @@ def test_one_window(name, active, window, state_kw, settings_kw, action, target,
     )
     assert decision.message
     assert decision.current == active
+
+
+def test_relief_remembers_where_it_came_from_and_what_made_it_worse():
+    """A relief move records the profile it left and its p95, and the rate (for the dwell's
+    exemption when the load falls); a breach there that reads worse steps back and marks
+    the profile reached as worse near that rate; any other switch forgets where relief
+    came from."""
+    s = settings()
+    w = win(**RELIEF_AT)
+    before = replace(w, start_s=w.start_s - 2.0, end_s=w.end_s - 2.0)
+    d, st = decide([before, w], State.initial("latency-soft"), s, now=101.0)
+    assert (d.target, d.reason) == ("aggressive", Reason.RELIEF)
+    assert st.relief_from == ("latency-soft", 70.0)
+    assert st.efficiency_up_rps == pytest.approx(300.0)
+    st = st.switched("aggressive", 101.0)
+    worse = win(end=200.0, **dict(RELIEF_AT, mean_batch_size=8.0, p95_ms=75.0))
+    d, st = decide([worse], st, s, now=201.0)
+    assert (d.target, d.reason) == ("balanced", Reason.SLO_BREACH)
+    assert st.relief_worse == ("aggressive", pytest.approx(300.0))
+    assert st.relief_from is None and st.efficiency_up_rps is None
 
 
 @pytest.mark.parametrize(

@@ -80,6 +80,7 @@ def one(history: list[Window], active: str, now: float = 100.5, state_kw: dict[s
     [
         (Reason.OVERLOAD, "survival"), (Reason.FORECAST, "survival"), (Reason.SATURATION, "survival"),
         (Reason.SLO_BREACH, "protective"), (Reason.FAILURES, "protective"),
+        (Reason.RELIEF, "protective"), (Reason.RELIEVED, "hold"),
         (Reason.EFFICIENCY, "efficiency"), (Reason.SELF_INFLICTED_WAIT, "efficiency"),
         (Reason.LOW_LOAD, "efficiency"), (Reason.PIN, "manual"),
         (Reason.STEADY, "hold"), (Reason.SATURATED, "hold"), (Reason.DWELL, "hold"),

@@ -23,8 +23,11 @@ reason has a :attr:`Reason.kind`:
   confirmations, no dwell): a backlog grows every second it waits. The target
   is the most latency-oriented profile that carries the load with
   ``capacity_margin``, or the highest-capacity one.
-* **protective** (``failures``, ``slo_breach``): rejected requests, or p95 over
-  the SLO without saturation: a step toward latency, confirmed.
+* **protective** (``failures``, ``slo_breach``, ``relief``): rejected requests, or p95
+  over the SLO without saturation: a step toward latency, confirmed; at the most
+  latency-oriented profile, where none is left, a step toward a profile that spends
+  ``min_saving`` less device time (``relief``), held there while p95 reads no worse than
+  it did below (``relieved``).
 * **efficiency** (``efficiency``, ``self_inflicted_wait``, ``low_load``, ``no_gain``): a step
   toward throughput that saves at least ``min_saving`` of the device time per
   request with p95 still inside ``headroom`` x SLO; a step toward latency when
@@ -112,7 +115,7 @@ def decide(
             Action.SWITCH, state.active, state.pin, Reason.PIN,
             f"manual pin: {state.active} -> {state.pin}", now, {},
         )
-        return d, replace(state, efficiency_up_rps=None)
+        return d, replace(state, efficiency_up_rps=None, relief_from=None)
 
     # 2. Data guards: hold on missing, stale or old data.
     if not history:
@@ -221,8 +224,14 @@ def decide(
         ), state
 
     d = Decision(Action.SWITCH, state.active, target, reason, msg, now, sig)
-    up = reason is Reason.EFFICIENCY and target_i > cur_i
-    return d, replace(state, efficiency_up_rps=demand if up else None)
+    up = reason in (Reason.EFFICIENCY, Reason.RELIEF) and target_i > cur_i
+    worse = state.relief_worse
+    if reason is Reason.SLO_BREACH and state.relief_from is not None:
+        # The profile a relief move reached made the breach worse: not again near this rate.
+        worse = (state.active, demand)
+    relief_from = (state.active, w.p95_ms) if reason is Reason.RELIEF and w.p95_ms else None
+    return d, replace(state, efficiency_up_rps=demand if up else None, relief_from=relief_from,
+                      relief_worse=worse)
 
 
 def _settling(history: Sequence[Observation], state: State, settings: PolicySettings, cur_i: int,
@@ -241,7 +250,7 @@ def _settling(history: Sequence[Observation], state: State, settings: PolicySett
             target = settings.ladder[target_i].name
             return Decision(Action.SWITCH, state.active, target, reason,
                             f"{msg} (in a window overlapping the last switch)", now, sig), replace(
-                                held, efficiency_up_rps=None)
+                                held, efficiency_up_rps=None, relief_from=None)
     return _hold(state, Reason.SETTLING, "window overlaps the last switch; ignored", now, sig), held
 
 

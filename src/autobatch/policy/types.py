@@ -66,6 +66,7 @@ class Reason(str, Enum):
     SATURATED = "saturated"  # saturated, and no profile would add capacity
     CAPACITY = "capacity"  # toward latency wanted, but the lower profile cannot carry the load
     AT_LIMIT = "at_limit"  # the move would leave the ladder
+    RELIEVED = "relieved"  # p95 over the SLO, but under what it was on the profile relief left
     PINNED = "pinned"  # a manual pin holds the profile
     # survival: the profile cannot carry the load (now, or within the reaction time)
     OVERLOAD = "overload"  # arrivals above capacity, or a backlog growing window after window
@@ -74,6 +75,7 @@ class Reason(str, Enum):
     # protective
     SLO_BREACH = "slo_breach"  # p95 over the SLO and not saturated: back off
     FAILURES = "failures"  # rejected/timed-out requests: back off
+    RELIEF = "relief"  # p95 over the SLO at the bottom: a profile above spends less device time
     # efficiency
     EFFICIENCY = "efficiency"  # the next profile saves device time, p95 stays inside headroom
     SELF_INFLICTED_WAIT = "self_inflicted_wait"  # waiting for batches that never fill
@@ -105,6 +107,7 @@ _KINDS = {
     Reason.SATURATION: "survival",
     Reason.SLO_BREACH: "protective",
     Reason.FAILURES: "protective",
+    Reason.RELIEF: "protective",
     Reason.EFFICIENCY: "efficiency",
     Reason.SELF_INFLICTED_WAIT: "efficiency",
     Reason.NO_GAIN: "efficiency",
@@ -140,9 +143,15 @@ class State:
     device: DeviceMemory = DeviceMemory()
     """Device time per request each profile was seen to spend, by arrival rate."""
     efficiency_up_rps: float | None = None
-    """The arrival rate the last switch was decided at, when it was an efficiency step
-    toward throughput (None after any other): once the load has fallen well below it, a
-    step back toward latency need not wait out the dwell."""
+    """The arrival rate the last switch was decided at, when it was an efficiency (or
+    relief) step toward throughput (None after any other): once the load has fallen well
+    below it, a step back toward latency need not wait out the dwell."""
+    relief_from: tuple[str, float] | None = None
+    """The profile a relief move left and the p95 it read there (None after any other
+    switch): a breach on the profile it reached steps back only once its p95 is worse."""
+    relief_worse: tuple[str, float] | None = None
+    """A profile a relief move reached whose p95 then read worse than the one it left,
+    and the arrival rate it was left at: no relief into it again near that rate."""
 
     @classmethod
     def initial(cls, active: str) -> State:
