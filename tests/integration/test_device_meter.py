@@ -106,9 +106,15 @@ async def test_a_reload_restarts_every_counter_and_the_polled_meter_counts_both_
     for before, after in zip(seen[::2], seen[1::2], strict=True):
         assert all(after[k] < before[k] for k in before), (before, after)
     # The meter: every request the client saw served, but the old copies' last moments
-    # (at most a poll interval each, at RATE; twice that allowed), and no request twice
+    # (at most the longest stretch between two of its reads each, at RATE; twice that
+    # allowed: a read can wait behind the load of the new copy; one fresh-ci run on a slow
+    # machine, 2026-12-01, lost 183 of 2692 requests, about 1.1 s at RATE per swap), and
+    # no request twice
     # (a few in flight at the first reading may be counted by one side only).
-    lost = 2 * int(2 * POLL_S * RATE)
-    assert ok - lost <= total.requests <= ok + 5, (ok, total)
+    gap = max(POLL_S, meter.longest_gap_s)
+    lost = 2 * int(2 * gap * RATE)
+    print(f"\n[meter] longest gap between reads {meter.longest_gap_s:.2f} s; "
+          f"{ok} served, {total.requests} counted")
+    assert ok - lost <= total.requests <= ok + 5, (ok, total, meter.longest_gap_s)
     assert 0 < total.executions <= total.requests
     assert total.compute_ns > 0

@@ -130,3 +130,25 @@ async def test_poll_reads_until_stopped_and_so_sees_the_new_copy():
         await task
         got = await meter.read()
     assert got == DeviceTotals(1_000_000_000, 200, 100)
+
+
+async def test_the_longest_gap_between_completed_reads_is_kept(fake):
+    """What a swap can take along: the counts since the last completed read; a failed
+    read does not end a gap."""
+    now = [0.0]
+    async with httpx.AsyncClient(transport=httpx.MockTransport(fake.handler)) as client:
+        meter = DeviceMeter("triton.test:8000", ["a"], client=client, clock=lambda: now[0])
+        await meter.read()
+        assert meter.longest_gap_s == 0.0
+        now[0] = 0.25
+        await meter.read()
+        now[0] = 1.0
+        meter.models = ("nope",)
+        with pytest.raises(TritonError):
+            await meter.read()
+        meter.models = ("a",)
+        now[0] = 1.6
+        await meter.read()
+        now[0] = 1.8
+        await meter.read()
+    assert meter.longest_gap_s == pytest.approx(1.35)

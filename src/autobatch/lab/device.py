@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -105,6 +106,7 @@ class DeviceMeter:
         *,
         client: httpx.AsyncClient | None = None,
         timeout_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         url = http_url.rstrip("/")
         self.http_url = url if "://" in url else f"http://{url}"
@@ -119,6 +121,11 @@ class DeviceMeter:
         self._last: dict[str, DeviceTotals] = {}
         self._total = DeviceTotals()
         self._lock = asyncio.Lock()
+        self._clock = clock
+        self._read_at: float | None = None
+        self.longest_gap_s = 0.0
+        """The longest time between two completed reads: a copy swapped out meanwhile
+        takes its counts since the first of them along (what the meter can lose)."""
 
     async def read(self) -> DeviceTotals:
         """Poll every model once; the totals since the first read."""
@@ -129,6 +136,10 @@ class DeviceMeter:
                 delta = DeviceTotals() if last is None else _since(last, now)  # the first read is the origin
                 self._last[model] = now
                 self._total = self._total + delta
+            t = self._clock()
+            if self._read_at is not None:
+                self.longest_gap_s = max(self.longest_gap_s, t - self._read_at)
+            self._read_at = t
             return self._total
 
     async def poll(self, stop: asyncio.Event, interval_s: float = 0.25) -> None:
