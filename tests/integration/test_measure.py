@@ -87,7 +87,9 @@ def test_live_curve_from_batch_stats_under_load(triton: Any) -> None:
     for b, ms in curve.points.items():
         # The emulator runs the curve (a sleep: never less); Triton's timers add ~1 ms, more
         # with the other tests' servers on the two cores (fresh-ci 2026-12-01: 22.4 ms for a
-        # 13.9 ms batch of 7). The bound catches a wrong reading, not this machine's speed.
-        assert target.estimate(b).ms <= ms <= 1.5 * target.estimate(b).ms + 3.0, (b, ms)
+        # 13.9 ms batch of 7, and 23.6 ms for a 10.8 ms batch of 5 on a slower evening).
+        # The upper bound catches a wrong reading (another unit, another model's or the
+        # whole run's counts), not this machine's speed.
+        assert target.estimate(b).ms <= ms <= 3.0 * target.estimate(b).ms + 10.0, (b, ms)
 
 
