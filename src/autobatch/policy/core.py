@@ -229,7 +229,7 @@ def decide(
     if reason is Reason.SLO_BREACH and state.relief_from is not None:
         # The profile a relief move reached made the breach worse: not again near this rate.
         worse = (state.active, demand)
-    relief_from = (state.active, w.p95_ms) if reason is Reason.RELIEF and w.p95_ms else None
+    relief_from = (state.active, w.p95_ms) if reason is Reason.RELIEF and w.p95_ms is not None else None
     return d, replace(state, efficiency_up_rps=demand if up else None, relief_from=relief_from,
                       relief_worse=worse)
 

@@ -372,7 +372,7 @@ def _efficiency_up(
     for i in range(cur_i + 1, len(ladder)):
         nxt = ladder[i]
         dev, source = costs[i]
-        saving, no = _saves(w, s, nxt.name, dev_cur, costs[i], demand)
+        saving, _, no = _saves(w, s, nxt.name, dev_cur, costs[i], demand)
         if no:
             refused.append(no)
             continue
@@ -428,16 +428,17 @@ def _efficiency_up(
 
 
 def _saves(w: Observation, s: PolicySettings, name: str, dev_cur: float,
-           cost: tuple[float, str], demand: float) -> tuple[float, str | None]:
-    """``(saving, why not)``: the share of the device time per request a move from
-    ``dev_cur`` to ``cost`` saves, and why it does not pay (under ``min_saving``, or
-    freeing under ``min_freed_share`` of the instances' time), None when it does."""
+           cost: tuple[float, str], demand: float) -> tuple[float, float, str | None]:
+    """``(saving, freed, why not)``: the share of the device time per request a move from
+    ``dev_cur`` to ``cost`` saves, the share of the instances' time it frees, and why it
+    does not pay (under ``min_saving``, or freeing under ``min_freed_share``), None when
+    it does."""
     dev, source = cost
     saving = 1.0 - dev / dev_cur if dev_cur > 0 else 0.0
     freed = _freed_share(dev_cur, dev, demand, w)
     if saving < s.min_saving - EPS or freed < s.min_freed_share - EPS:
-        return saving, f"{name} saves {saving:.0%} ({source}), frees {freed:.0%}"
-    return saving, None
+        return saving, freed, f"{name} saves {saving:.0%} ({source}), frees {freed:.0%}"
+    return saving, freed, None
 
 
 def _relief_up(
@@ -472,11 +473,10 @@ def _relief_up(
     for i in range(1, len(ladder)):
         name = ladder[i].name
         dev, source = costs[i]
-        saving, no = _saves(w, s, name, dev_cur, costs[i], demand)
+        saving, freed, no = _saves(w, s, name, dev_cur, costs[i], demand)
         if no:
             refused.append(no)
             continue
-        freed = _freed_share(dev_cur, dev, demand, w)
         c = cap[i]
         if c is not None and c < demand * s.capacity_margin:
             refused.append(f"{name} carries only {c:.0f}/s")
