@@ -64,3 +64,41 @@ def test_port_0_takes_free_distinct_ports(no_triton: list[str]) -> None:
 def test_the_library_checks_ports_too(port: Any, no_triton: list[str]) -> None:
     with pytest.raises(ConfigError, match=r"^http_port = .*: must be a port number"):
         TritonServer(http_port=port)._check_inputs()
+
+
+class _OfferedSocket:
+    """A socket whose bind to port 0 gets the next of ``offers``, as the kernel may offer a
+    port released a moment ago."""
+
+    def __init__(self, offers: list[int]) -> None:
+        self._offers = offers
+        self._port = 0
+
+    def __call__(self, *args: Any) -> _OfferedSocket:
+        return self
+
+    def __enter__(self) -> _OfferedSocket:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def bind(self, address: tuple[str, int]) -> None:
+        self._port = self._offers.pop(0)
+
+    def getsockname(self) -> tuple[str, int]:
+        return ("127.0.0.1", self._port)
+
+
+def test_free_port_never_hands_out_a_port_twice_even_when_the_kernel_offers_it_again(monkeypatch) -> None:
+    monkeypatch.setattr(serve_mod, "_HANDED_OUT", set())
+    monkeypatch.setattr(serve_mod.socket, "socket", _OfferedSocket([40001, 40001, 40001, 40002]))
+    assert [serve_mod.free_port(), serve_mod.free_port()] == [40001, 40002]
+
+
+def test_free_port_says_so_when_every_offer_was_handed_out_before(monkeypatch) -> None:
+    monkeypatch.setattr(serve_mod, "_HANDED_OUT", {40001})
+    monkeypatch.setattr(serve_mod, "FREE_PORT_TRIES", 3)
+    monkeypatch.setattr(serve_mod.socket, "socket", _OfferedSocket([40001] * 3))
+    with pytest.raises(serve_mod.ServeError, match="no free port that this process was not given already"):
+        serve_mod.free_port()

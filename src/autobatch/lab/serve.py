@@ -97,10 +97,26 @@ def list_models(repository: Path) -> list[str]:
     return sorted(p.parent.name for p in repository.glob("*/config.pbtxt"))
 
 
+_HANDED_OUT: set[int] = set()
+"""Ports :func:`free_port` returned in this process. A port is free only until somebody
+binds it: the demo picks Triton's three ports, then the sidecar's, and starts Triton
+after. The kernel may offer a released port again (CI's demo run got Triton's HTTP
+port for the sidecar, which then could not listen), so a port is handed out once."""
+
+FREE_PORT_TRIES = 1000
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    """A TCP port nothing listens on now, and one this process has not been given before."""
+    for _ in range(FREE_PORT_TRIES):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    raise ServeError(f"{host}: no free port that this process was not given already "
+                     f"in {FREE_PORT_TRIES} tries")
 
 
 PORT_RULE = "must be a port number 1-65535 (or 0: a free one)"
