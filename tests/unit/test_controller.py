@@ -185,6 +185,26 @@ async def test_refused_profile_keeps_the_old_one_and_counts(tmp_path):
     assert c.status.errors["actuate"] == 1
 
 
+async def test_a_relief_move_the_actuator_refuses_is_not_retried_at_that_load(tmp_path):
+    """p95 over the SLO at the bottom, not saturated: relief to aggressive. The actuator
+    refuses it (as the gateway's guard rolls back a shift whose p95 read worse); the
+    breach lasts, and after the dwell and the p95 settling the loop holds at the limit
+    instead of trying aggressive again."""
+    clock = Clock()
+    act = FakeActuator(live="latency-soft", fail={"aggressive"})
+    relief = dict(inference_rps=300.0, success_rps=300.0, mean_batch_size=4.0, mean_queue_ms=3.0,
+                  p95_ms=70.0)
+    c = Controller(make_config(tmp_path, min_dwell_s=10), ScriptedSource(clock, [relief] * 90),
+                   act, clock=clock)
+    await c.start()
+    clock.t += 100  # past the p95 settling the start begins
+    decisions = await ticks(c, clock, 90)
+    assert decisions[0].reason is Reason.RELIEF and act.applied == ["aggressive"]
+    assert c.state.relief_worse == ("aggressive", pytest.approx(300.0))
+    assert decisions[-1].reason is Reason.AT_LIMIT
+    assert "aggressive read worse (or did not take) at 300/s" in decisions[-1].message
+
+
 async def test_signal_errors_hold_and_are_counted(tmp_path):
     clock = Clock()
     script = [SignalError("connection refused"), SignalError("connection refused"), SATURATED]

@@ -241,6 +241,32 @@ def test_relief_remembers_where_it_came_from_and_what_made_it_worse():
     assert st.relief_from is None and st.efficiency_up_rps is None
 
 
+def test_a_relief_move_that_did_not_take_is_not_retried_near_that_rate():
+    """A relief shift the gateway guard rolled back (or a reload the server refused) is
+    marked as worse near the rate it was decided at: a lasting breach holds at the bottom
+    instead of trying it again after every dwell (the table tries it again at twice the rate)."""
+    s = settings(min_dwell_s=10.0)
+    w = win(**RELIEF_AT)
+    before = replace(w, start_s=w.start_s - 2.0, end_s=w.end_s - 2.0)
+    d, st = decide([before, w], State.initial("latency-soft"), s, now=101.0)
+    assert (d.target, d.reason) == ("aggressive", Reason.RELIEF)
+    st = st.switch_failed("latency-soft", 102.0, relief="aggressive")
+    assert st.relief_worse == ("aggressive", pytest.approx(300.0))
+    assert st.relief_from is None and st.active == "latency-soft"
+    later = [replace(w, start_s=w.start_s + t - 2.0, end_s=w.end_s + t - 2.0) for t in (100.0, 102.0)]
+    d, _ = decide(later, st, s, now=later[-1].end_s + 1.0)
+    assert (d.action, d.reason) == (Action.HOLD, Reason.AT_LIMIT)
+    assert "aggressive read worse (or did not take) at 300/s" in d.message
+
+
+def test_a_failed_switch_other_than_relief_marks_nothing():
+    s = settings()
+    d, st = decide([win(**SATURATED)], State.initial("latency-soft"), s, 101.0)
+    assert d.switch and d.reason is not Reason.RELIEF
+    st = st.switch_failed("latency-soft", 101.0)
+    assert st.relief_worse is None
+
+
 @pytest.mark.parametrize(
     ("profile", "curve", "instances", "expected"),
     [
@@ -517,3 +543,10 @@ def test_the_package_exports_its_public_names():
         "holt", "live_factor",
     ]
     assert all(hasattr(policy, name) for name in policy.__all__)
+
+
+@pytest.mark.parametrize(("x", "shown"), [(-0.001, "0%"), (-0.05, "-5%"), (0.123, "12%"), (0.0, "0%")])
+def test_shares_in_messages_never_read_minus_zero(x, shown):
+    from autobatch.policy.rules import _share
+
+    assert _share(x) == shown

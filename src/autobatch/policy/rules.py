@@ -437,8 +437,13 @@ def _saves(w: Observation, s: PolicySettings, name: str, dev_cur: float,
     saving = 1.0 - dev / dev_cur if dev_cur > 0 else 0.0
     freed = _freed_share(dev_cur, dev, demand, w)
     if saving < s.min_saving - EPS or freed < s.min_freed_share - EPS:
-        return saving, freed, f"{name} saves {saving:.0%} ({source}), frees {freed:.0%}"
+        return saving, freed, f"{name} saves {_share(saving)} ({source}), frees {_share(freed)}"
     return saving, freed, None
+
+
+def _share(x: float) -> str:
+    """``x`` as a whole percentage, without the "-0%" of a tiny negative."""
+    return f"{round(x, 2) + 0.0:.0%}"
 
 
 def _relief_up(
@@ -483,7 +488,7 @@ def _relief_up(
             continue
         if worse is not None and worse[0] == name and (
                 s.stabilization_drop * worse[1] - EPS <= demand <= worse[1] / s.stabilization_drop + EPS):
-            refused.append(f"{name}'s p95 read worse at {worse[1]:.0f}/s")
+            refused.append(f"{name} read worse (or did not take) at {worse[1]:.0f}/s")
             continue
         busy = getattr(w, "busy_share", None)
         if busy is not None and busy > s.efficiency_max_busy + EPS:
