@@ -250,7 +250,7 @@ def test_a_relief_move_that_did_not_take_is_not_retried_near_that_rate():
     before = replace(w, start_s=w.start_s - 2.0, end_s=w.end_s - 2.0)
     d, st = decide([before, w], State.initial("latency-soft"), s, now=101.0)
     assert (d.target, d.reason) == ("aggressive", Reason.RELIEF)
-    st = st.switch_failed("latency-soft", 102.0, relief="aggressive")
+    st = st.switch_failed("latency-soft", 102.0, tried="aggressive")
     assert st.relief_worse == ("aggressive", pytest.approx(300.0))
     assert st.relief_from is None and st.active == "latency-soft"
     later = [replace(w, start_s=w.start_s + t - 2.0, end_s=w.end_s + t - 2.0) for t in (100.0, 102.0)]
@@ -263,8 +263,11 @@ def test_a_failed_switch_other_than_relief_marks_nothing():
     s = settings()
     d, st = decide([win(**SATURATED)], State.initial("latency-soft"), s, 101.0)
     assert d.switch and d.reason is not Reason.RELIEF
-    st = st.switch_failed("latency-soft", 101.0)
+    st = st.switch_failed("latency-soft", 101.0, tried=d.target)
     assert st.relief_worse is None
+    # an efficiency move up sets the rate too, but not where relief came from
+    efficiency = replace(State.initial("latency-soft"), efficiency_up_rps=300.0)
+    assert efficiency.switch_failed("latency-soft", 101.0, tried="aggressive").relief_worse is None
 
 
 @pytest.mark.parametrize(

@@ -261,8 +261,7 @@ class Controller:
                 self.status.switches += 1
             else:
                 back = (actuation.active if actuation else None) or decision.current
-                self.state = self.state.switch_failed(
-                    back, self.clock(), relief=decision.target if decision.reason is Reason.RELIEF else None)
+                self.state = self.state.switch_failed(back, self.clock(), tried=decision.target)
                 self._set_active(back)
                 if decision.reason is Reason.PIN:
                     # A pin the server refuses is dropped, not retried every tick;

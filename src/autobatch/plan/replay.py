@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autobatch.errors import ConfigError, short_repr
-from autobatch.policy import Decision, PolicySettings, Reason, State, decide
+from autobatch.policy import Decision, PolicySettings, State, decide
 from autobatch.signals.window import Window
 
 __all__ = ["ReplayStep", "TraceTick", "parse_trace", "replay"]
@@ -221,8 +221,7 @@ def _after_switch(state: State, decision: Decision, tick: TraceTick) -> State:
         took = act.get("duration_s")
         return state.switched(decision.target, done_s, None if took is None else float(took))
     back = act.get("active") or decision.current
-    relief = decision.target if decision.reason is Reason.RELIEF else None
-    state = state.switch_failed(back, done_s, relief=relief)
+    state = state.switch_failed(back, done_s, tried=decision.target)
     if decision.reason.value == "pin":
         state = state.pinned(None)
     return state

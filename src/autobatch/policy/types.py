@@ -170,17 +170,19 @@ class State:
         return replace(self, active=to, last_switch_s=at_s, streak_target=None, streak=0,
                        last_actuation_s=took, last_switch_failed=False)
 
-    def switch_failed(self, active: str, at_s: float, relief: str | None = None) -> State:
-        """The switch failed and ``active`` is live again: dwell before trying anything else.
+    def switch_failed(self, active: str, at_s: float, tried: str | None = None) -> State:
+        """The switch to ``tried`` failed and ``active`` is live again: dwell before trying
+        anything else.
 
-        ``relief`` names the profile when the switch was a relief move: one that did not
-        take (a gateway guard saw its p95 read worse than the one it left, or the server
-        refused it) is not tried again near the rate it was decided at, as for one whose
-        p95 read worse after it took (``relief_worse``); else a lasting breach retries it
-        after every dwell."""
+        When the switch was a relief move (``relief_from`` is set by the relief decision
+        alone; every other switch decision clears it), one that did not take (a gateway
+        guard saw its p95 read worse than the one it left, or the server refused it) is
+        not tried again near the rate it was decided at, as for one whose p95 read worse
+        after it took (``relief_worse``); else a lasting breach retries it after every
+        dwell."""
         worse = self.relief_worse
-        if relief is not None and self.efficiency_up_rps is not None:
-            worse = (relief, self.efficiency_up_rps)
+        if tried is not None and self.relief_from is not None and self.efficiency_up_rps is not None:
+            worse = (tried, self.efficiency_up_rps)
         return replace(self, active=active, last_switch_s=at_s, streak_target=None, streak=0,
                        last_switch_failed=True, relief_from=None, efficiency_up_rps=None,
                        relief_worse=worse)
