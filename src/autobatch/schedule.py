@@ -25,7 +25,9 @@ file format (YAML)::
     the bursts themselves are Poisson at ``rate_rps / burst_size``. The mean
     rate is ``rate_rps``; the batcher sees a queue that fills all at once.
 
-A phase with ``rate_rps: 0`` is idle for its duration.
+A phase with ``rate_rps: 0`` is idle for its duration. A phase may say how many
+co-tenant jobs share the device while it runs (``cotenants: 2``); the jobs are
+listed under a top-level ``cotenants:`` (:mod:`autobatch.cotenants`).
 
 Everything here is pure: no clock, no I/O beyond reading the schedule file.
 :func:`arrivals` is vectorised with numpy, since the simulator draws millions
@@ -86,6 +88,9 @@ class Phase:
     """One of :data:`ARRIVAL_KINDS`."""
     burst_size: int = DEFAULT_BURST_SIZE
     """Requests per burst; only read when ``arrival`` is ``bursty``."""
+    cotenants: int | None = None
+    """How many co-tenant jobs share the device in this phase (the first N declared,
+    :mod:`autobatch.cotenants`); None leaves that to the jobs' own times."""
 
     def __post_init__(self) -> None:
         where = f"phase {self.name!r}"
@@ -107,6 +112,9 @@ class Phase:
         size = self.burst_size
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ConfigError(f"{where}: burst_size = {self.burst_size!r}: must be an integer >= 1")
+        n = self.cotenants
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
+            raise ConfigError(f"{where}: cotenants = {n!r}: must be an integer >= 0")
 
     @property
     def expected_requests(self) -> float:
@@ -177,6 +185,8 @@ class Schedule:
                 d["arrival"] = p.arrival
             if p.arrival == "bursty":
                 d["burst_size"] = p.burst_size
+            if p.cotenants is not None:
+                d["cotenants"] = p.cotenants
             out.append(d)
         return {"phases": out}
 
@@ -205,8 +215,10 @@ def parse_schedule(data: Any, source: str = "schedule") -> Schedule:
             if sec.has("burst_size"):
                 raise sec.fail("burst_size", sec.raw("burst_size"), "only applies to arrival: bursty")
             burst_size = DEFAULT_BURST_SIZE
+        cotenants = sec.int("cotenants", None, min=0)
         sec.done()
-        phases.append(Phase(name, rate_rps, duration_s, arrival, burst_size))
+        phases.append(Phase(name, rate_rps, duration_s, arrival, burst_size, cotenants))
+    top.raw("cotenants", None)  # the jobs themselves: autobatch.cotenants reads them
     top.done()
     _check_size(phases, source)
     return Schedule(tuple(phases))
