@@ -5,14 +5,26 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from autobatch.cli.app import app, out, print_json
 from autobatch.cli.lab import int_list
+from autobatch.cli.options import (
+    BatchOverheadOption,
+    CurveOption,
+    RequestOverheadOption,
+    SessionPolicyOption,
+    TraceModelOption,
+)
 from autobatch.config import check_seed
 from autobatch.errors import ConfigError
+
+if TYPE_CHECKING:
+    from autobatch.plan.planner import Plan
+    from autobatch.plan.simulator import ServiceModel, SimResult, Workload
+    from autobatch.profiles import Profile
 
 
 def _priority_mix(text: str | None) -> dict[int, float] | None:
@@ -46,7 +58,7 @@ def _at_least_0(option: str, value: float, unit: str) -> float:
 
 @app.command()
 def simulate(
-    curve: Annotated[Path, typer.Option(help="Batch curve (YAML or CSV).")],
+    curve: CurveOption,
     profile: Annotated[
         Path | None, typer.Option(help="Profile YAML; or give --preferred/--max-batch-size/--delay-us.")
     ] = None,
@@ -73,9 +85,7 @@ def simulate(
         typer.Option(help="Arrivals to replay: CSV or JSON lines (time_s, rows, priority), "
                           "or Triton's own trace file (.json)."),
     ] = None,
-    trace_model: Annotated[
-        str | None, typer.Option(help="The model to replay from a Triton trace of several.")
-    ] = None,
+    trace_model: TraceModelOption = None,
     rows: Annotated[
         str | None,
         typer.Option(help="Rows per request with --rate/--schedule: 4, or shares like 1:0.5,4:0.5."),
@@ -86,18 +96,14 @@ def simulate(
     ] = 60.0,
     sessions: Annotated[int | None, typer.Option(help="Sessions workload: this many streams.")] = None,
     fps: Annotated[float | None, typer.Option(help="Frames per second of each stream.")] = None,
-    session_policy: Annotated[
-        str, typer.Option(help="oldest-first, batch-waiting or round-robin.")
-    ] = "oldest-first",
+    session_policy: SessionPolicyOption = "oldest-first",
     instances: Annotated[int | None, typer.Option(help="Model instances [profile's, or 1].")] = None,
     priority_mix: Annotated[
         str | None, typer.Option(help="Share of requests per priority level, e.g. 1:0.2,2:0.8.")
     ] = None,
     noise_cv: Annotated[float, typer.Option(help="Lognormal noise on each batch time (CV).")] = 0.0,
-    batch_overhead_ms: Annotated[float, typer.Option(help="Instance time per batch beyond the curve.")] = 0.0,
-    request_overhead_ms: Annotated[
-        float, typer.Option(help="Instance time per request beyond the curve.")
-    ] = 0.0,
+    batch_overhead_ms: BatchOverheadOption = 0.0,
+    request_overhead_ms: RequestOverheadOption = 0.0,
     fixed_latency_ms: Annotated[
         float, typer.Option(help="Added to every latency (network, client); no instance time.")
     ] = 0.0,
@@ -121,17 +127,40 @@ def simulate(
 
     Example: autobatch simulate --curve C --profile P --trace production.csv --json
     """
-    from autobatch.cli.views import sessions_renderable, sim_renderable
-    from autobatch.curve import load_curve
-    from autobatch.plan.sessions import simulate_sessions
-    from autobatch.plan.simulator import ServiceModel, build_workload
+    from autobatch.plan.simulator import build_workload
     from autobatch.plan.simulator import simulate as run_simulation
-    from autobatch.profiles import Profile, load_profile
     from autobatch.traces import parse_rows
 
     check_seed(seed, "--seed")
     _at_least_0("--burst-gap-us", burst_gap_us, "microseconds")
-    # Options the chosen workload or profile would silently ignore: one line naming both.
+    _refuse_ignored_options(duration=duration, schedule=schedule, trace=trace, profile=profile,
+                            preferred=preferred, max_batch_size=max_batch_size, delay_us=delay_us,
+                            fps=fps, sessions=sessions, trace_model=trace_model)
+    service = _service_model(curve, batch_overhead_ms, request_overhead_ms, fixed_latency_ms, noise_cv)
+    _one_workload(rate, schedule, trace, sessions)
+    duration = 60.0 if duration is None else duration
+    max_batch_size = 32 if max_batch_size is None else max_batch_size
+    if sessions is not None:
+        _simulate_sessions(service, sessions, fps, session_policy, duration, max_batch_size, seed,
+                           json_output)
+        return
+    prof = _options_profile(profile, preferred, max_batch_size, delay_us)
+    work = build_workload(
+        rate_rps=rate, duration_s=duration if rate is not None else None, schedule=schedule,
+        requests=requests, burst_size=bursty, trace=trace, trace_model=trace_model,
+        rows=parse_rows(rows) if rows is not None else None,
+        priority_mix=_priority_mix(priority_mix), burst_gap_s=burst_gap_us / 1e6, seed=seed,
+    )
+    result = run_simulation(prof, service, work, instances=instances, seed=seed, engine=engine)
+    _print_simulation(prof, service, work, result, json_output)
+
+
+def _refuse_ignored_options(
+    *, duration: float | None, schedule: Path | None, trace: Path | None, profile: Path | None,
+    preferred: str, max_batch_size: int | None, delay_us: int | None, fps: float | None,
+    sessions: int | None, trace_model: str | None,
+) -> None:
+    """Options the chosen workload or profile would silently ignore: one line naming both."""
     for option, on, other, given, why in (
         ("--duration", duration is not None, "--schedule", schedule is not None,
          "a schedule file sets its own durations"),
@@ -150,49 +179,67 @@ def simulate(
     ):
         if on and not given:
             raise ConfigError(f"{option} goes only with {needs}: give {needs} or leave {option} out")
-    duration = 60.0 if duration is None else duration
-    max_batch_size = 32 if max_batch_size is None else max_batch_size
-    service = ServiceModel(
+
+
+def _one_workload(rate: float | None, schedule: Path | None, trace: Path | None,
+                  sessions: int | None) -> None:
+    if len([v for v in (rate, schedule, trace, sessions) if v is not None]) != 1:
+        raise ConfigError(
+            "give one workload: --rate R, --schedule FILE, --trace FILE, or --sessions K --fps F"
+        )
+
+
+def _service_model(curve: Path, batch_overhead_ms: float, request_overhead_ms: float,
+                   fixed_latency_ms: float, noise_cv: float) -> ServiceModel:
+    from autobatch.curve import load_curve
+    from autobatch.plan.simulator import ServiceModel
+
+    return ServiceModel(
         load_curve(curve),
         batch_overhead_ms=batch_overhead_ms,
         request_overhead_ms=request_overhead_ms,
         fixed_latency_ms=fixed_latency_ms,
         noise_cv=noise_cv,
     )
-    given = [v for v in (rate, schedule, trace, sessions) if v is not None]
-    if len(given) != 1:
-        raise ConfigError(
-            "give one workload: --rate R, --schedule FILE, --trace FILE, or --sessions K --fps F"
-        )
-    if sessions is not None:
-        if fps is None:
-            raise ConfigError("--sessions needs --fps")
-        result = simulate_sessions(
-            service, sessions, fps, policy=session_policy, duration_s=duration,
-            max_batch_size=max_batch_size, seed=seed,
-        )
-        if json_output:
-            print_json(result.to_dict())
-        else:
-            out.print(sessions_renderable(result))
-        return
-    if profile is not None:
-        prof = load_profile(profile)
-    else:
-        prof = Profile(
-            name="cli",
-            max_batch_size=max_batch_size,
-            preferred_batch_size=int_list("--preferred", preferred) if preferred else (),
-            max_queue_delay_us=0 if delay_us is None else delay_us,
-            source="command line",
-        )
-    work = build_workload(
-        rate_rps=rate, duration_s=duration if rate is not None else None, schedule=schedule,
-        requests=requests, burst_size=bursty, trace=trace, trace_model=trace_model,
-        rows=parse_rows(rows) if rows is not None else None,
-        priority_mix=_priority_mix(priority_mix), burst_gap_s=burst_gap_us / 1e6, seed=seed,
+
+
+def _simulate_sessions(service: ServiceModel, sessions: int, fps: float | None, policy: str,
+                       duration_s: float, max_batch_size: int, seed: int, json_output: bool) -> None:
+    from autobatch.cli.views import sessions_renderable
+    from autobatch.plan.sessions import simulate_sessions
+
+    if fps is None:
+        raise ConfigError("--sessions needs --fps")
+    result = simulate_sessions(
+        service, sessions, fps, policy=policy, duration_s=duration_s,
+        max_batch_size=max_batch_size, seed=seed,
     )
-    result = run_simulation(prof, service, work, instances=instances, seed=seed, engine=engine)
+    if json_output:
+        print_json(result.to_dict())
+    else:
+        out.print(sessions_renderable(result))
+
+
+def _options_profile(path: Path | None, preferred: str, max_batch_size: int,
+                     delay_us: int | None) -> Profile:
+    """The profile file, or one built from --preferred, --max-batch-size and --delay-us."""
+    from autobatch.profiles import Profile, load_profile
+
+    if path is not None:
+        return load_profile(path)
+    return Profile(
+        name="cli",
+        max_batch_size=max_batch_size,
+        preferred_batch_size=int_list("--preferred", preferred) if preferred else (),
+        max_queue_delay_us=0 if delay_us is None else delay_us,
+        source="command line",
+    )
+
+
+def _print_simulation(prof: Profile, service: ServiceModel, work: Workload, result: SimResult,
+                      json_output: bool) -> None:
+    from autobatch.cli.views import sim_renderable
+
     if json_output:
         print_json({"profile": prof.to_dict(), "workload": work.label, **result.to_dict()})
     else:
@@ -201,7 +248,7 @@ def simulate(
 
 @app.command()
 def plan(
-    curve: Annotated[Path, typer.Option(help="Batch curve (YAML or CSV).")],
+    curve: CurveOption,
     slo_p99_ms: Annotated[float, typer.Option(help="The latency SLO, p99, in ms.")],
     network_ms: Annotated[float, typer.Option(help="Network and client overhead per request, ms.")],
     rate: Annotated[float | None, typer.Option(help="The load to plan for: Poisson requests/s.")] = None,
@@ -214,10 +261,8 @@ def plan(
     allow_extrapolation: Annotated[
         bool, typer.Option(help="Let profiles use batch sizes past the measured points.")
     ] = False,
-    batch_overhead_ms: Annotated[float, typer.Option(help="Instance time per batch beyond the curve.")] = 0.0,
-    request_overhead_ms: Annotated[
-        float, typer.Option(help="Instance time per request beyond the curve.")
-    ] = 0.0,
+    batch_overhead_ms: BatchOverheadOption = 0.0,
+    request_overhead_ms: RequestOverheadOption = 0.0,
     seed: Annotated[int, typer.Option(help="Seed of the simulated arrivals.")] = 0,
     write_profiles: Annotated[
         Path | None, typer.Option(help="Write each candidate as DIR/<name>.yaml (sidecar format).")
@@ -262,7 +307,7 @@ def plan(
     Example: autobatch plan --curve curves/laptop-256x144-fp16.yaml --slo-p99-ms 100
     --network-ms 2 --rate 600 --max-batch-size 8 --priority-mix 1:0.1,2:0.9 --write-profiles out/p
     """
-    from autobatch.cli.views import plan_renderable, plot_file, plot_plan
+    from autobatch.cli.views import plot_file, plot_plan
     from autobatch.curve import load_curve
     from autobatch.plan.planner import make_plan
     from autobatch.profiles import load_profiles
@@ -298,7 +343,12 @@ def plan(
         write_profile_files(result.profile_documents(), write_profiles, force=force)
         if write_profiles else []
     )
-    drawn = plot_plan(result, plot) if plot else None
+    _print_plan(result, written, plot_plan(result, plot) if plot else None, json_output)
+
+
+def _print_plan(result: Plan, written: list[Path], drawn: Path | None, json_output: bool) -> None:
+    from autobatch.cli.views import plan_renderable
+
     if json_output:
         print_json({**result.to_dict(), "written": [str(p) for p in written],
                     "plot": None if drawn is None else str(drawn)})

@@ -6,13 +6,20 @@ import contextlib
 import signal
 import threading
 from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from autobatch.cli.app import app, err, out, print_json, warn
+from autobatch.cli.options import SessionPolicyOption, TraceModelOption
 from autobatch.errors import ConfigError
+
+if TYPE_CHECKING:
+    from autobatch.load import LoadReport
+    from autobatch.schedule import Schedule
 
 
 @app.command()
@@ -36,9 +43,7 @@ def load(
         typer.Option(help="Send these arrivals (time_s, rows, priority): CSV, JSON lines, or "
                           "Triton's own trace file (.json)."),
     ] = None,
-    trace_model: Annotated[
-        str | None, typer.Option(help="The model to replay from a Triton trace of several.")
-    ] = None,
+    trace_model: TraceModelOption = None,
     record_trace: Annotated[
         Path | None,
         typer.Option(help="Write what was sent (send time, rows, priority) as a trace (.csv/.jsonl)."),
@@ -57,9 +62,7 @@ def load(
         int | None, typer.Option(help="Instead of a rate: this many latest-only streams ...")
     ] = None,
     fps: Annotated[float | None, typer.Option(help="... at this many frames per second each.")] = None,
-    session_policy: Annotated[
-        str, typer.Option(help="oldest-first, batch-waiting or round-robin.")
-    ] = "batch-waiting",
+    session_policy: SessionPolicyOption = "batch-waiting",
 ) -> None:
     """Send open-loop load to a Triton model and report latency and failures per phase.
 
@@ -91,59 +94,99 @@ def load(
     if sessions is not None or fps is not None:
         if rate is not None or schedule is not None or trace is not None:
             raise ConfigError("give one load: --rate/--schedule/--trace, or --sessions K --fps F")
-        _load_sessions(model, url, protocol, sessions, fps, session_policy, duration, out_path,
-                       json_output, seed, timeout_ms, batch_size)
+        _load_sessions(
+            model, url, protocol, sessions, fps, session_policy, duration,
+            _Run(out_path, json_output, seed, timeout_ms / 1000.0, batch_size),
+        )
         return
-    from rich.live import Live
+    from autobatch.load import default_url
 
-    from autobatch.cli.views import LiveStatus, failure_lines, report_table
-    from autobatch.load import default_url, run_load, trace_schedule
-    from autobatch.schedule import schedule_from_options
-    from autobatch.traces import read_trace
+    plan, sent = _arrivals(trace, trace_model, rate, duration, schedule)
+    report = _run_load_live(default_url(protocol) if url is None else url, model, protocol, plan, sent,
+                            _Run(out_path, json_output, seed, timeout_ms / 1000.0, batch_size),
+                            record_trace)
+    _print_load_report(report, json_output, out_path, record_trace)
 
-    if trace is not None:
-        if rate is not None or schedule is not None or duration is not None:
-            raise ConfigError("give one load: --trace FILE, or --rate/--duration, or --schedule FILE")
-        sent: Any = read_trace(trace, model=trace_model)
-        plan = trace_schedule(sent)
-    else:
-        plan = sent = schedule_from_options(rate_rps=rate, duration_s=duration, path=schedule)
-    if url is None:
-        url = default_url(protocol)
 
-    # First Ctrl-C ends the run early and still reports; a second one aborts.
+@dataclass(frozen=True)
+class _Run:
+    """What every load run takes, whatever the load: where records go and how requests look."""
+
+    out_path: Path | None
+    json_output: bool
+    seed: int
+    timeout_s: float
+    batch_size: int
+
+
+@contextlib.contextmanager
+def _first_ctrl_c_stops(message: str) -> Iterator[threading.Event]:
+    """The first Ctrl-C sets the event (the run ends early and still reports); a second aborts."""
     stop = threading.Event()
 
     def _on_sigint(signum: int, frame: Any) -> None:
         if stop.is_set():
             raise KeyboardInterrupt
         stop.set()
-        err.print("stopping: draining in-flight requests (Ctrl-C again to abort) ...")
+        err.print(message)
 
-    status = LiveStatus(plan)
     previous = signal.signal(signal.SIGINT, _on_sigint)
     try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _arrivals(trace: Path | None, trace_model: str | None, rate: float | None, duration: float | None,
+              schedule: Path | None) -> tuple[Schedule, Any]:
+    """The schedule shown while the run goes, and what ``run_load`` sends: a trace or the phases."""
+    from autobatch.load import trace_schedule
+    from autobatch.schedule import schedule_from_options
+    from autobatch.traces import read_trace
+
+    if trace is not None:
+        if rate is not None or schedule is not None or duration is not None:
+            raise ConfigError("give one load: --trace FILE, or --rate/--duration, or --schedule FILE")
+        sent = read_trace(trace, model=trace_model)
+        return trace_schedule(sent), sent
+    plan = schedule_from_options(rate_rps=rate, duration_s=duration, path=schedule)
+    return plan, plan
+
+
+def _run_load_live(url: str, model: str, protocol: str, plan: Schedule, sent: Any, run: _Run,
+                   record_trace: Path | None) -> LoadReport:
+    """``run_load`` with a live status on a terminal's stderr."""
+    from rich.live import Live
+
+    from autobatch.cli.views import LiveStatus
+    from autobatch.load import run_load
+
+    status = LiveStatus(plan)
+    with _first_ctrl_c_stops("stopping: draining in-flight requests (Ctrl-C again to abort) ...") as stop:
         live = (
             Live(status, console=err, refresh_per_second=4, transient=True)
             if err.is_terminal
             else contextlib.nullcontext()
         )
         with live:
-            report = run_load(
+            return run_load(
                 url,
                 model,
                 sent,
                 protocol=protocol,
-                seed=seed,
-                timeout_s=timeout_ms / 1000.0,
-                batch_size=batch_size,
-                out=out_path,
+                seed=run.seed,
+                timeout_s=run.timeout_s,
+                batch_size=run.batch_size,
+                out=run.out_path,
                 on_record=status.record,
                 stop=stop,
                 record_trace=record_trace,
             )
-    finally:
-        signal.signal(signal.SIGINT, previous)
+
+
+def _print_load_report(report: LoadReport, json_output: bool, out_path: Path | None,
+                       record_trace: Path | None) -> None:
+    from autobatch.cli.views import failure_lines, report_table
 
     if json_output:
         print_json(report.to_dict())
@@ -162,11 +205,8 @@ def load(
         warn(warning)
 
 
-def _load_sessions(
-    model: str, url: str | None, protocol: str, sessions: int | None, fps: float | None,
-    policy: str, duration: float | None, out_path: Path | None, json_output: bool, seed: int,
-    timeout_ms: float, rows: int,
-) -> None:
+def _load_sessions(model: str, url: str | None, protocol: str, sessions: int | None, fps: float | None,
+                   policy: str, duration: float | None, run: _Run) -> None:
     from autobatch.cli.views import sessions_renderable
     from autobatch.load import default_url
     from autobatch.load.sessions import run_sessions
@@ -175,32 +215,22 @@ def _load_sessions(
         raise ConfigError("--sessions and --fps go together: give both")
     if url is None:
         url = default_url(protocol)
-    stop = threading.Event()
-
-    def _on_sigint(signum: int, frame: Any) -> None:
-        if stop.is_set():
-            raise KeyboardInterrupt
-        stop.set()
-        err.print("stopping: serving the frames still waiting (Ctrl-C again to abort) ...")
-
-    previous = signal.signal(signal.SIGINT, _on_sigint)
-    try:
+    stopping = "stopping: serving the frames still waiting (Ctrl-C again to abort) ..."
+    with _first_ctrl_c_stops(stopping) as stop:
         status = (err.status(f"{sessions} sessions at {fps:g} fps, {policy}, on {model} ...")
                   if err.is_terminal else contextlib.nullcontext())
         with status:
             result = run_sessions(
                 url, model, sessions, fps, policy=policy,
-                duration_s=10.0 if duration is None else duration, protocol=protocol, seed=seed,
-                timeout_s=timeout_ms / 1000.0, rows=rows, out=out_path, stop=stop,
+                duration_s=10.0 if duration is None else duration, protocol=protocol, seed=run.seed,
+                timeout_s=run.timeout_s, rows=run.batch_size, out=run.out_path, stop=stop,
             )
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if json_output:
+    if run.json_output:
         print_json(result.to_dict())
     else:
         out.print(sessions_renderable(result))
-        if out_path:
-            out.print(f"frame records in {out_path}")
+        if run.out_path:
+            out.print(f"frame records in {run.out_path}")
     for warning in result.warnings:
         warn(warning)
 

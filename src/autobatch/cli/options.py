@@ -1,0 +1,16 @@
+"""Options more than one command takes, declared once: the same flag, type and help everywhere."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+CurveOption = Annotated[Path, typer.Option(help="Batch curve (YAML or CSV).")]
+BatchOverheadOption = Annotated[float, typer.Option(help="Instance time per batch beyond the curve.")]
+RequestOverheadOption = Annotated[float, typer.Option(help="Instance time per request beyond the curve.")]
+TraceModelOption = Annotated[
+    str | None, typer.Option(help="The model to replay from a Triton trace of several.")
+]
+SessionPolicyOption = Annotated[str, typer.Option(help="oldest-first, batch-waiting or round-robin.")]
