@@ -337,14 +337,7 @@ def make_plan(
     ``priority_mix`` (level -> share of requests: 1 urgent, 2 batchable) adds
     two priority lanes on the candidate with the SLO's wait (:mod:`autobatch.plan.lanes`).
     """
-    if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or not (
-        1 <= max_batch_size <= INT32_MAX
-    ):
-        raise ConfigError(f"max_batch_size = {max_batch_size!r}: must be an integer >= 1 and <= "
-                          f"{INT32_MAX} (Triton's field is an int32)")
-    if isinstance(instances, bool) or not isinstance(instances, int) or instances < 1:
-        raise ConfigError(f"instances = {instances!r}: must be an integer >= 1")
-    check_seed(seed)
+    _check_inputs(max_batch_size, instances, seed)
     # network_ms is the SLO's own: checked (and named) as that, before it becomes the
     # simulator's fixed_latency_ms.
     check_slo_inputs(slo_p99_ms, network_ms, margin_frac)
@@ -355,100 +348,163 @@ def make_plan(
         fixed_latency_ms=network_ms,
         noise_cv=noise_cv,
     )
-    if rate_rps is None and sessions is None and fps is None:
-        load = LoadSpec(rate_rps=round(service.capacity_rps(1, instances) / 2, 1), assumed=True)
-    else:
-        load = LoadSpec(rate_rps=rate_rps, sessions=sessions, fps=fps)
-    gains = gain_table(curve, max_batch_size)
+    run = _Run(service, float(slo_p99_ms), instances, seed, duration_s)
+    load = _load(run, rate_rps, sessions, fps)
     verdict = batching_verdict(curve, max_batch_size)
     fit = largest_fitting_batch(curve, slo_p99_ms, network_ms, max_batch_size, margin_frac=margin_frac)
-    profile_mbs = fit.batch_size if fit is not None else 1
-    if not allow_extrapolation:
-        profile_mbs = min(profile_mbs, max(curve.max_measured, 1))
-    profile_mbs = max(1, min(profile_mbs, max_batch_size))
+    profile_mbs = _profile_max_batch(curve, fit, max_batch_size, allow_extrapolation)
     budget = queue_budget(slo_p99_ms, network_ms, curve, profile_mbs, margin_frac=margin_frac)
-    profiles = candidate_profiles(
-        curve,
-        verdict,
-        profile_mbs,
-        budget.delay_ms,
-        allow_extrapolation=allow_extrapolation,
-        model=model,
-        instances=instances if instances != 1 else None,
-        model_max_batch_size=max_batch_size,
+    profiles = _profiles(
+        run, verdict, budget, max_batch_size, allow_extrapolation=allow_extrapolation, model=model
     )
     workload = load.workload(duration_s, seed)
-    default = triton_default(max_batch_size, model=model)
-    if instances != 1:
-        default = Profile(**{**default.__dict__, "instance_count": instances})
-    # A candidate Triton would run exactly as its default (no wait, the only preferred
-    # size the max) is the default: proposed once, under the default's name.
-    same = (default.effective_preferred, 0, default.max_batch_size)
-    profiles = (default, *(p for p in profiles
-                           if (p.effective_preferred, p.max_queue_delay_us, p.max_batch_size) != same))
-    candidates = []
-    for prof in profiles:
-        at_load = simulate(prof, service, workload, instances=instances, seed=seed)
-        top, sweep = max_sustained_rate(
-            prof,
-            service,
-            slo_p99_ms,
-            instances=instances,
-            points=sweep_points,
-            requests=sweep_requests,
-            seed=seed,
-        )
-        candidates.append(Candidate(prof, at_load, top, sweep, slo_p99_ms))
-    session_results: Sequence[SessionsResult] = ()
-    if load.sessions is not None:
-        assert load.fps is not None
-        session_results = tuple(
-            simulate_sessions(
-                service,
-                load.sessions,
-                load.fps,
-                policy=policy,
-                duration_s=duration_s,
-                max_batch_size=profile_mbs,
-                seed=seed,
-            )
-            for policy in SESSION_POLICIES
-        )
-    if schedule is None:
-        schedule = assumed_step(load.offered_rps)
-        low = schedule.phases[0].rate_rps
-        schedule_label = f"an assumed step, {low:g} -> {load.offered_rps:g} -> {low:g} rps"
-    switching = switching_map(
-        list(ladder) if ladder else list(profiles), service, schedule,
-        slo_ms=slo_p99_ms, slo_share=0.01, instances=instances, reaction_s=reaction_s, seed=seed,
-        label=schedule_label or "the given schedule",
-    )
-    lanes = None
-    if priority_mix:
-        if load.rate_rps is None:
-            raise ConfigError("priority_mix: lanes are planned for a Poisson rate, not for sessions "
-                              "(a session's frames are chosen by the client, not queued by priority)")
-        base = max(profiles, key=lambda p: (p.name == "aggressive", p.max_queue_delay_us))
-        lanes = plan_lanes(base, service, load.rate_rps, priority_mix, duration_s=duration_s,
-                           instances=instances, seed=seed)
     return Plan(
         curve=curve,
-        slo_p99_ms=float(slo_p99_ms),
+        slo_p99_ms=run.slo_p99_ms,
         network_ms=float(network_ms),
         model_max_batch_size=max_batch_size,
         instances=instances,
         service=service,
-        gains=gains,
+        gains=gain_table(curve, max_batch_size),
         verdict=verdict,
         largest_fit=fit,
         budget=budget,
         load=load,
-        candidates=tuple(candidates),
-        sessions=tuple(session_results),
+        candidates=tuple(_candidate(run, p, workload, sweep_points, sweep_requests) for p in profiles),
+        sessions=_sessions(run, load, profile_mbs),
         allow_extrapolation=allow_extrapolation,
-        switching=switching,
-        lanes=lanes,
+        switching=_switching(run, list(ladder) if ladder else list(profiles), load, schedule,
+                             schedule_label, reaction_s),
+        lanes=_lanes(run, profiles, load, priority_mix),
     )
+
+
+# -- the steps of make_plan, in order ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What every simulation of one plan shares."""
+
+    service: ServiceModel
+    slo_p99_ms: float
+    instances: int
+    seed: int
+    duration_s: float
+    """How long the given load is simulated."""
+
+
+def _check_inputs(max_batch_size: int, instances: int, seed: int) -> None:
+    if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or not (
+        1 <= max_batch_size <= INT32_MAX
+    ):
+        raise ConfigError(f"max_batch_size = {max_batch_size!r}: must be an integer >= 1 and <= "
+                          f"{INT32_MAX} (Triton's field is an int32)")
+    if isinstance(instances, bool) or not isinstance(instances, int) or instances < 1:
+        raise ConfigError(f"instances = {instances!r}: must be an integer >= 1")
+    check_seed(seed)
+
+
+def _load(run: _Run, rate_rps: float | None, sessions: int | None, fps: float | None) -> LoadSpec:
+    """The load given, or half the batch-1 capacity when none is."""
+    if rate_rps is None and sessions is None and fps is None:
+        return LoadSpec(rate_rps=round(run.service.capacity_rps(1, run.instances) / 2, 1), assumed=True)
+    return LoadSpec(rate_rps=rate_rps, sessions=sessions, fps=fps)
+
+
+def _profile_max_batch(curve: BatchCurve, fit: Budget | None, max_batch_size: int,
+                       allow_extrapolation: bool) -> int:
+    """The profiles' max batch size: the largest that fits the SLO, within what was measured
+    unless extrapolation is allowed, and within the model's."""
+    profile_mbs = fit.batch_size if fit is not None else 1
+    if not allow_extrapolation:
+        profile_mbs = min(profile_mbs, max(curve.max_measured, 1))
+    return max(1, min(profile_mbs, max_batch_size))
+
+
+def _profiles(run: _Run, verdict: Verdict, budget: Budget, max_batch_size: int, *,
+              allow_extrapolation: bool, model: str | None) -> tuple[Profile, ...]:
+    """Triton's default first, then the candidates that differ from it."""
+    profiles = candidate_profiles(
+        run.service.curve,
+        verdict,
+        budget.batch_size,
+        budget.delay_ms,
+        allow_extrapolation=allow_extrapolation,
+        model=model,
+        instances=run.instances if run.instances != 1 else None,
+        model_max_batch_size=max_batch_size,
+    )
+    default = triton_default(max_batch_size, model=model)
+    if run.instances != 1:
+        default = Profile(**{**default.__dict__, "instance_count": run.instances})
+    # A candidate Triton would run exactly as its default (no wait, the only preferred
+    # size the max) is the default: proposed once, under the default's name.
+    same = (default.effective_preferred, 0, default.max_batch_size)
+    return (default, *(p for p in profiles
+                       if (p.effective_preferred, p.max_queue_delay_us, p.max_batch_size) != same))
+
+
+def _candidate(run: _Run, prof: Profile, workload: Workload, sweep_points: int,
+               sweep_requests: int) -> Candidate:
+    """One profile at the given load, and the highest Poisson rate it sustains within the SLO."""
+    at_load = simulate(prof, run.service, workload, instances=run.instances, seed=run.seed)
+    top, sweep = max_sustained_rate(
+        prof,
+        run.service,
+        run.slo_p99_ms,
+        instances=run.instances,
+        points=sweep_points,
+        requests=sweep_requests,
+        seed=run.seed,
+    )
+    return Candidate(prof, at_load, top, sweep, run.slo_p99_ms)
+
+
+def _sessions(run: _Run, load: LoadSpec, profile_mbs: int) -> tuple[SessionsResult, ...]:
+    """With a load of streams: each session policy at that load."""
+    if load.sessions is None:
+        return ()
+    assert load.fps is not None
+    return tuple(
+        simulate_sessions(
+            run.service,
+            load.sessions,
+            load.fps,
+            policy=policy,
+            duration_s=run.duration_s,
+            max_batch_size=profile_mbs,
+            seed=run.seed,
+        )
+        for policy in SESSION_POLICIES
+    )
+
+
+def _switching(run: _Run, ladder: list[Profile], load: LoadSpec, schedule: Schedule | None,
+               schedule_label: str | None, reaction_s: float) -> SwitchingMap:
+    """Does switching pay: over the schedule given, or an assumed step around the load."""
+    if schedule is None:
+        schedule = assumed_step(load.offered_rps)
+        low = schedule.phases[0].rate_rps
+        schedule_label = f"an assumed step, {low:g} -> {load.offered_rps:g} -> {low:g} rps"
+    return switching_map(
+        ladder, run.service, schedule,
+        slo_ms=run.slo_p99_ms, slo_share=0.01, instances=run.instances, reaction_s=reaction_s,
+        seed=run.seed, label=schedule_label or "the given schedule",
+    )
+
+
+def _lanes(run: _Run, profiles: Sequence[Profile], load: LoadSpec,
+           priority_mix: Mapping[int, float] | None) -> Lanes | None:
+    """With a priority mix: two lanes on the candidate that waits the longest."""
+    if not priority_mix:
+        return None
+    if load.rate_rps is None:
+        raise ConfigError("priority_mix: lanes are planned for a Poisson rate, not for sessions "
+                          "(a session's frames are chosen by the client, not queued by priority)")
+    base = max(profiles, key=lambda p: (p.name == "aggressive", p.max_queue_delay_us))
+    return plan_lanes(base, run.service, load.rate_rps, priority_mix, duration_s=run.duration_s,
+                      instances=run.instances, seed=run.seed)
 
 
 def assumed_step(rate_rps: float) -> Schedule:
