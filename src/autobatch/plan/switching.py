@@ -52,7 +52,7 @@ import numpy as np
 from autobatch.errors import ConfigError
 from autobatch.plan.simulator import ServiceModel, Workload, simulate
 from autobatch.profiles import Profile
-from autobatch.schedule import Schedule
+from autobatch.schedule import Phase, Schedule
 
 __all__ = [
     "DEFAULT_PROFILE",
@@ -287,6 +287,24 @@ def switching_map(
     and ``slo_share`` the share the SLO allows (0.05 for a p95 SLO, 0.01 for p99):
     a phase no strategy keeps within it is overloaded.
     """
+    _check(profiles, slo_ms, reaction_s, instances)
+    ladder = sorted(profiles, key=lambda p: p.name != DEFAULT_PROFILE)  # the default first: ties go to it
+    if ladder[0].name != DEFAULT_PROFILE:
+        ladder.insert(0, triton_default(max(p.max_batch_size for p in ladder), model=ladder[0].model))
+    run = _Setup.of(schedule, service, slo_ms, instances, seed)
+    steady = _steady(run, ladder)
+    statics = [_static(run, p, steady) for p in ladder]
+    picks = _picks(run, ladder, steady, tolerance=tolerance, min_device_saving=min_device_saving)
+    oracle = _oracle(run, {p.name: p for p in ladder}, steady, picks, reaction_s)
+    verdict = _verdict(statics, oracle, tolerance=tolerance, min_device_saving=min_device_saving,
+                       slo_share=slo_share, instances=instances)
+    return SwitchingMap(label, instances, float(slo_ms), float(reaction_s), tuple(statics), oracle, verdict)
+
+
+# -- the steps of switching_map, in order -----------------------------------------------------
+
+
+def _check(profiles: Sequence[Profile], slo_ms: float, reaction_s: float, instances: int) -> None:
     if not profiles:
         raise ConfigError("switching_map needs at least one profile")
     if not (math.isfinite(slo_ms) and slo_ms > 0):
@@ -295,73 +313,121 @@ def switching_map(
         raise ConfigError(f"reaction_s = {reaction_s!r}: must be a number >= 0 seconds")
     if isinstance(instances, bool) or not isinstance(instances, int) or instances < 1:
         raise ConfigError(f"instances = {instances!r}: must be an integer >= 1")
-    ladder = sorted(profiles, key=lambda p: p.name != DEFAULT_PROFILE)  # the default first: ties go to it
-    if ladder[0].name != DEFAULT_PROFILE:
-        ladder.insert(0, triton_default(max(p.max_batch_size for p in ladder), model=ladder[0].model))
-    work = Workload.from_schedule(schedule, seed)
-    t, phase_of = work.t_s, work.phase
-    assert phase_of is not None
-    starts = list(schedule.starts_s)
-    ends = starts[1:] + [schedule.duration_s]
-    phases = schedule.phases
-    masks = [phase_of == i for i in range(len(phases))]
-    n_total = max(int(t.shape[0]), 1)
 
-    # Each profile on each phase alone, from an empty queue: the oracle's menu.
-    steady: dict[tuple[str, int], tuple[float, float, float]] = {}
-    for i, phase in enumerate(phases):
-        ti = t[masks[i]] - starts[i]
+
+@dataclass(frozen=True)
+class _Setup:
+    """The schedule's arrivals, cut into its phases, and what every run of them shares."""
+
+    schedule: Schedule
+    service: ServiceModel
+    slo_ms: float
+    instances: int
+    seed: int
+    t: np.ndarray
+    """Every arrival of the schedule, seconds from its start."""
+    masks: list[np.ndarray]
+    """Per phase: which arrivals fall in it."""
+    starts: list[float]
+    ends: list[float]
+
+    @classmethod
+    def of(cls, schedule: Schedule, service: ServiceModel, slo_ms: float, instances: int,
+           seed: int) -> _Setup:
+        work = Workload.from_schedule(schedule, seed)
+        phase_of = work.phase
+        assert phase_of is not None
+        starts = list(schedule.starts_s)
+        return cls(schedule, service, slo_ms, instances, seed, work.t_s,
+                   [phase_of == i for i in range(len(schedule.phases))],
+                   starts, starts[1:] + [schedule.duration_s])
+
+    @property
+    def phases(self) -> tuple[Phase, ...]:
+        return tuple(self.schedule.phases)
+
+    @property
+    def n_total(self) -> int:
+        return max(int(self.t.shape[0]), 1)
+
+    def run(self, profile: Profile, t_s: np.ndarray, duration_s: float) -> tuple[np.ndarray, float]:
+        return _run(profile, self.service, t_s, duration_s, self.instances, self.seed)
+
+
+_Steady = dict[tuple[str, int], tuple[float, float, float]]
+"""(profile, phase index) -> (share over the SLO, p95 ms, device ms per request)."""
+
+
+def _steady(run: _Setup, ladder: Sequence[Profile]) -> _Steady:
+    """Each profile on each phase alone, from an empty queue: the oracle's menu."""
+    steady: _Steady = {}
+    for i, phase in enumerate(run.phases):
+        ti = run.t[run.masks[i]] - run.starts[i]
         for p in ladder:
-            lat, busy = _run(p, service, ti, phase.duration_s, instances, seed)
+            lat, busy = run.run(p, ti, phase.duration_s)
             n = lat.shape[0]
             steady[(p.name, i)] = (
-                float((lat > slo_ms).mean()) if n else 0.0,
+                float((lat > run.slo_ms).mean()) if n else 0.0,
                 _p95(lat) if n else 0.0,
                 busy / n if n else math.nan,
             )
+    return steady
 
-    def phase_figures(name: str, lat: np.ndarray, chosen: Sequence[str]) -> tuple[PhaseFigures, ...]:
-        out = []
-        for i, phase in enumerate(phases):
-            mine = lat[masks[i]]
-            dev = steady[(chosen[i], i)][2]
-            out.append(PhaseFigures(
-                phase=phase.name,
-                rate_rps=phase.rate_rps,
-                requests=int(mine.shape[0]),
-                over_slo=float((mine > slo_ms).mean()) if mine.shape[0] else 0.0,
-                p95_ms=_p95(mine),
-                device_ms=None if math.isnan(dev) else dev,
-                profile=chosen[i],
-            ))
-        return tuple(out)
 
-    statics = []
-    for p in ladder:
-        lat, busy = _run(p, service, t, schedule.duration_s, instances, seed)
-        statics.append(Strategy(
-            name=p.name,
-            phases=phase_figures(p.name, lat, [p.name] * len(phases)),
-            over_slo=float((lat > slo_ms).mean()) if lat.shape[0] else 0.0,
-            device_ms=busy / n_total,
+def _phase_figures(run: _Setup, steady: _Steady, lat: np.ndarray,
+                   chosen: Sequence[str]) -> tuple[PhaseFigures, ...]:
+    out = []
+    for i, phase in enumerate(run.phases):
+        mine = lat[run.masks[i]]
+        dev = steady[(chosen[i], i)][2]
+        out.append(PhaseFigures(
+            phase=phase.name,
+            rate_rps=phase.rate_rps,
+            requests=int(mine.shape[0]),
+            over_slo=float((mine > run.slo_ms).mean()) if mine.shape[0] else 0.0,
+            p95_ms=_p95(mine),
+            device_ms=None if math.isnan(dev) else dev,
+            profile=chosen[i],
         ))
+    return tuple(out)
 
-    # The oracle's picks, then the timeline with the reaction delay.
-    picks = []
-    for i, phase in enumerate(phases):
-        if phase.rate_rps <= 0 or not masks[i].any():
+
+def _static(run: _Setup, p: Profile, steady: _Steady) -> Strategy:
+    """One profile through the whole schedule: backlogs carry over from phase to phase."""
+    lat, busy = run.run(p, run.t, run.schedule.duration_s)
+    return Strategy(
+        name=p.name,
+        phases=_phase_figures(run, steady, lat, [p.name] * len(run.phases)),
+        over_slo=float((lat > run.slo_ms).mean()) if lat.shape[0] else 0.0,
+        device_ms=busy / run.n_total,
+    )
+
+
+def _picks(run: _Setup, ladder: Sequence[Profile], steady: _Steady, *, tolerance: float,
+           min_device_saving: float) -> list[str]:
+    """The oracle's profile per phase; an idle phase keeps the previous one."""
+    picks: list[str] = []
+    for i, phase in enumerate(run.phases):
+        if phase.rate_rps <= 0 or not run.masks[i].any():
             picks.append(picks[-1] if picks else ladder[0].name)
             continue
         picks.append(pick_profile(
             [(p.name, *steady[(p.name, i)]) for p in ladder],
             tolerance=tolerance, min_device_saving=min_device_saving,
         ))
+    return picks
+
+
+def _oracle(run: _Setup, by_name: dict[str, Profile], steady: _Steady, picks: list[str],
+            reaction_s: float) -> Strategy:
+    """The picks in force ``reaction_s`` into each phase, each stretch run on its own."""
+    n_phases = len(run.phases)
     segments: list[tuple[float, float, str]] = []  # (from, to, profile)
-    for i in range(len(phases)):
-        begin = starts[i] if i == 0 else starts[i] + reaction_s
-        end = ends[i] + reaction_s if i + 1 < len(phases) else math.inf
-        if i + 1 < len(phases):
-            end = min(end, ends[i + 1])
+    for i in range(n_phases):
+        begin = run.starts[i] if i == 0 else run.starts[i] + reaction_s
+        end = run.ends[i] + reaction_s if i + 1 < n_phases else math.inf
+        if i + 1 < n_phases:
+            end = min(end, run.ends[i + 1])
         if i == 0:
             begin = 0.0
         segments.append((begin, end, picks[i]))
@@ -371,7 +437,7 @@ def switching_map(
             merged[-1][1] = b
         else:
             merged.append([a, b, name])
-    by_name = {p.name: p for p in ladder}
+    t, duration_s = run.t, run.schedule.duration_s
     lat_all = np.zeros(t.shape[0])
     busy_all = 0.0
     for a, b, name in merged:
@@ -379,19 +445,16 @@ def switching_map(
         idx = np.nonzero(sel)[0]
         if idx.shape[0] == 0:
             continue
-        span = (min(b, schedule.duration_s) - a) if math.isfinite(b) else schedule.duration_s - a
-        lat, busy = _run(by_name[name], service, t[idx] - a, max(span, 1e-3), instances, seed)
+        span = (min(b, duration_s) - a) if math.isfinite(b) else duration_s - a
+        lat, busy = run.run(by_name[name], t[idx] - a, max(span, 1e-3))
         lat_all[idx] = lat
         busy_all += busy
-    oracle = Strategy(
+    return Strategy(
         name="oracle",
-        phases=phase_figures("oracle", lat_all, picks),
-        over_slo=float((lat_all > slo_ms).mean()) if t.shape[0] else 0.0,
-        device_ms=busy_all / n_total,
+        phases=_phase_figures(run, steady, lat_all, picks),
+        over_slo=float((lat_all > run.slo_ms).mean()) if t.shape[0] else 0.0,
+        device_ms=busy_all / run.n_total,
     )
-    verdict = _verdict(statics, oracle, tolerance=tolerance, min_device_saving=min_device_saving,
-                       slo_share=slo_share, instances=instances)
-    return SwitchingMap(label, instances, float(slo_ms), float(reaction_s), tuple(statics), oracle, verdict)
 
 
 def _verdict(

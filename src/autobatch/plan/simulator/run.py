@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from autobatch.config import check_seed
@@ -90,6 +93,58 @@ def simulate(
     sees simultaneous arrivals together. A request with more rows than
     ``max_batch_size`` is bad input (Triton refuses it).
     """
+    instances, engine = _check(profile, workload, instances, seed, engine)
+    n = len(workload)
+    noise = _noise(service, n, seed)
+    run = _run_engine(engine, profile, service, workload, noise, instances)
+    done = ~np.isnan(run.req_end)
+    lat_all = (run.req_end - workload.t_s) * 1000.0 + service.fixed_latency_ms
+    lat = lat_all[done]
+    completed = int(done.sum())
+    last_end = float(np.max(run.req_end[done])) if completed else 0.0
+    span = max(workload.duration_s, last_end)
+    size_arr = np.array(run.sizes, dtype=np.int64)
+    batched = bool(run.sizes)
+    busy_total = float(np.sum(np.array(run.ends) - np.array(run.starts))) if batched else 0.0
+    counts = np.bincount(size_arr, minlength=1) if batched else np.zeros(1, dtype=np.int64)
+    timed_out = run.rej_kind == REJECTED_TIMEOUT if run.rej_kind is not None else None
+    return SimResult(
+        requests=n,
+        completed=completed,
+        rejected=n - completed,
+        duration_s=workload.duration_s,
+        span_s=span,
+        throughput_rps=completed / span,
+        latency=LatencyStats.of(lat),
+        queue=LatencyStats.of(((run.req_start - workload.t_s) * 1000.0)[done]),
+        batches=len(run.sizes),
+        mean_batch=float(size_arr.mean()) if batched else 0.0,
+        batch_counts={int(b): int(c) for b, c in enumerate(counts) if c},
+        utilisation=busy_total / (instances * span),
+        instances=instances,
+        engine=engine,
+        phases=_phase_results(workload, done, lat_all, np.array(run.starts), size_arr),
+        priorities=_priorities(profile, run, done, lat_all),
+        latencies_ms=lat if keep_latencies else None,
+        rows=int(workload.rows.sum()) if workload.rows is not None else n,
+        mean_batch_requests=float(np.mean(run.counts)) if batched else 0.0,
+        rejected_full=int(np.sum(run.rej_kind == REJECTED_FULL)) if run.rej_kind is not None else 0,
+        rejected_timeout=int(np.sum(timed_out)) if timed_out is not None else 0,
+        rejection=(
+            LatencyStats.of((run.rej_at[timed_out] - workload.t_s[timed_out]) * 1000.0)  # type: ignore[index]
+            if timed_out is not None
+            else None
+        ),
+        rejected_at_s=run.rej_at if keep_latencies else None,
+    )
+
+
+# -- the steps of simulate, in order ----------------------------------------------------------
+
+
+def _check(profile: Profile, workload: Workload, instances: int | None, seed: int,
+           engine: str) -> tuple[int, str]:
+    """Bad input as one line each; returns the instance count and the engine ``auto`` stands for."""
     check_seed(seed)
     if instances is None:
         instances = profile.instance_count or 1
@@ -117,89 +172,69 @@ def simulate(
         )
     if engine == "auto":
         engine = "general" if needs_general else "triton"
-    rules = Rules.of(profile)
-    svc = Service.of(service, profile.max_batch_size)
-    t_arr = workload.t_s
-    t = t_arr.tolist()
-    n = len(t)
-    noise = _noise(service, n, seed)
-    multi = workload.rows is not None and bool(np.any(workload.rows != 1))
-    rows_list = workload.rows.tolist() if multi else None  # type: ignore[union-attr]
-    cum = prefix_rows(workload.rows, n) if multi else None
+    return instances, engine
+
+
+@dataclass(frozen=True)
+class _EngineRun:
+    """What an engine returns, per batch and per request (NaN end: rejected)."""
+
+    sizes: list[int]
+    counts: list[int]
+    """Requests per batch."""
+    starts: list[float]
+    ends: list[float]
+    req_start: np.ndarray
+    req_end: np.ndarray
+    levels_of: np.ndarray | None = None
+    """Each request's priority level (the ``general`` engine only)."""
+    levels: Mapping[int, _Level] = field(default_factory=dict)
     rej_at: np.ndarray | None = None
     rej_kind: np.ndarray | None = None
+
+
+def _run_engine(engine: str, profile: Profile, service: ServiceModel, workload: Workload,
+                noise: list[float], instances: int) -> _EngineRun:
+    rules = Rules.of(profile)
+    svc = Service.of(service, profile.max_batch_size)
+    t = workload.t_s.tolist()
+    n = len(t)
+    multi = workload.rows is not None and bool(np.any(workload.rows != 1))
+    rows_list = workload.rows.tolist() if multi else None  # type: ignore[union-attr]
     if engine != "general":
+        cum = prefix_rows(workload.rows, n) if multi else None
         run = run_triton if engine == "triton" else run_rules
-        sizes, counts_, starts, ends = run(t, rows_list, cum, rules, svc, noise, instances)
-        count_arr = np.array(counts_, dtype=np.int64)
-        req_start = np.repeat(np.array(starts), count_arr)
-        req_end = np.repeat(np.array(ends), count_arr)
-        levels_of = None
-    else:
-        level_list, levels = _level_map(profile, workload)
-        rows_all = rows_list if rows_list is not None else [1] * n
-        (sizes, counts_, starts, ends), req_start, req_end, _, rej_at, rej_kind = run_general(
-            t, rows_all, level_list, levels, rules, svc, noise, instances
-        )
-        levels_of = np.array(level_list, dtype=np.int64)
-    size_arr = np.array(sizes, dtype=np.int64)
-    done = ~np.isnan(req_end)
-    lat_all = (req_end - t_arr) * 1000.0 + service.fixed_latency_ms
-    queue_all = (req_start - t_arr) * 1000.0
-    lat = lat_all[done]
-    completed = int(done.sum())
-    last_end = float(np.max(req_end[done])) if completed else 0.0
-    span = max(workload.duration_s, last_end)
-    busy_total = float(np.sum(np.array(ends) - np.array(starts))) if sizes else 0.0
-    counts = np.bincount(size_arr, minlength=1) if sizes else np.zeros(1, dtype=np.int64)
-    batch_counts = {int(b): int(c) for b, c in enumerate(counts) if c}
-    phases = _phase_results(workload, done, lat_all, np.array(starts), size_arr)
-    priorities: tuple[PriorityResult, ...] = ()
-    if levels_of is not None and profile.priority_levels > 0:
-        prio_rows = []
-        for lv in sorted(levels):
-            mask = levels_of == lv
-            if not mask.any():
-                continue
-            ok = mask & done
-            prio_rows.append(
-                PriorityResult(
-                    level=lv,
-                    requests=int(mask.sum()),
-                    completed=int(ok.sum()),
-                    rejected=int(mask.sum() - ok.sum()),
-                    latency=LatencyStats.of(lat_all[ok]),
-                )
+        sizes, counts, starts, ends = run(t, rows_list, cum, rules, svc, noise, instances)
+        count_arr = np.array(counts, dtype=np.int64)
+        return _EngineRun(sizes, counts, starts, ends,
+                          np.repeat(np.array(starts), count_arr), np.repeat(np.array(ends), count_arr))
+    level_list, levels = _level_map(profile, workload)
+    rows_all = rows_list if rows_list is not None else [1] * n
+    (sizes, counts, starts, ends), req_start, req_end, _, rej_at, rej_kind = run_general(
+        t, rows_all, level_list, levels, rules, svc, noise, instances
+    )
+    return _EngineRun(sizes, counts, starts, ends, req_start, req_end,
+                      np.array(level_list, dtype=np.int64), levels, rej_at, rej_kind)
+
+
+def _priorities(profile: Profile, run: _EngineRun, done: np.ndarray,
+                lat_all: np.ndarray) -> tuple[PriorityResult, ...]:
+    """Per priority level, when the profile has levels (the ``general`` engine ran)."""
+    if run.levels_of is None or profile.priority_levels <= 0:
+        return ()
+    prio_rows = []
+    for lv in sorted(run.levels):
+        mask = run.levels_of == lv
+        if not mask.any():
+            continue
+        ok = mask & done
+        prio_rows.append(
+            PriorityResult(
+                level=lv,
+                requests=int(mask.sum()),
+                completed=int(ok.sum()),
+                rejected=int(mask.sum() - ok.sum()),
+                latency=LatencyStats.of(lat_all[ok]),
             )
-        priorities = tuple(prio_rows)
-    timed_out = rej_kind == REJECTED_TIMEOUT if rej_kind is not None else None
-    rejection = (
-        LatencyStats.of((rej_at[timed_out] - t_arr[timed_out]) * 1000.0)  # type: ignore[index]
-        if timed_out is not None
-        else None
-    )
-    return SimResult(
-        requests=n,
-        completed=completed,
-        rejected=n - completed,
-        duration_s=workload.duration_s,
-        span_s=span,
-        throughput_rps=completed / span,
-        latency=LatencyStats.of(lat),
-        queue=LatencyStats.of(queue_all[done]),
-        batches=len(sizes),
-        mean_batch=float(size_arr.mean()) if sizes else 0.0,
-        batch_counts=batch_counts,
-        utilisation=busy_total / (instances * span),
-        instances=instances,
-        engine=engine,
-        phases=phases,
-        priorities=priorities,
-        latencies_ms=lat if keep_latencies else None,
-        rows=int(workload.rows.sum()) if workload.rows is not None else n,
-        mean_batch_requests=float(np.mean(counts_)) if sizes else 0.0,
-        rejected_full=int(np.sum(rej_kind == REJECTED_FULL)) if rej_kind is not None else 0,
-        rejected_timeout=int(np.sum(timed_out)) if timed_out is not None else 0,
-        rejection=rejection,
-        rejected_at_s=rej_at if keep_latencies else None,
-    )
+        )
+    return tuple(prio_rows)
