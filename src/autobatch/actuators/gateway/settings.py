@@ -1,43 +1,13 @@
 """The gateway actuator's settings in the sidecar YAML, and building it from them.
 
-Everything under ``actuator:`` besides ``kind`` (``actuator: {kind: gateway, ...}``)::
-
-    actuator:
-      kind: gateway
-      gateway: haproxy                 # haproxy | httproute | grpcroute | virtualservice
-      # haproxy
-      socket: /run/haproxy/admin.sock  # the `stats socket ... level admin`, or HOST:PORT
-      backend: be_triton               # the backend whose servers are the variants
-      weight_scale: 100                # the HAProxy weight meaning 100 % (1..256)
-      # httproute / grpcroute / virtualservice
-      route: triton                    # the object's name
-      namespace: serving               # default: the pod's namespace, else "default"
-      rule: 0                          # index into spec.rules / spec.http
-      api_version: v1                  # e.g. v1beta1 for an older Istio
-      apply: auto                      # auto | api | print
-      manifest: k8s/httproute.yaml     # the route as deployed (needed to print patches)
-      # both
-      steps: [25, 50, 100]             # percent on the receiving variant after each step
-      step_dwell_s: 2                  # each step runs this long before the guard judges it
-      retry_s: 30                      # after a failed re-apply, wait before the next
-      request_timeout_s: 2             # per socket / API request
-      guard:                           # or `guard: false`
-        p95_ms: 60                     # default: slo.p95_ms
-        mean_ms: 60                    # default: guard.p95_ms
-        max_failure_rps: 0
-        failure_reasons: [REJECTED]    # default: every reason
-        min_requests: 1
-      variants:                        # one per ladder profile
-        latency-soft:
-          server: latency              # haproxy: its server in `backend`
-          backend: triton-latency      # kubernetes: backendRef name / Istio destination host
-          subset: latency              # Istio: the destination's subset, if any
-          model: dense_mlp__latency    # its model in Triton (default: the sidecar's model)
-          http_url: http://127.0.0.1:8000            # its Triton (default: triton.http_url)
-          metrics_url: http://127.0.0.1:8002/metrics # (default: triton.metrics_url)
-          selector: {pool: latency}    # signals.source prometheus: matchers of its replicas
-
-``actuator.timeout_s`` (the reload actuator's load timeout) does not apply here.
+Everything under ``actuator:`` besides ``kind`` (``actuator: {kind: gateway, ...}``):
+``gateway`` (haproxy, httproute, grpcroute, virtualservice), HAProxy's ``socket``,
+``backend`` and ``weight_scale`` or the route's ``route``, ``namespace``, ``rule``,
+``api_version``, ``apply`` and ``manifest``; then ``steps``, ``step_dwell_s``,
+``retry_s``, ``request_timeout_s``, ``guard`` and one entry of ``variants`` per
+ladder profile. The reference, with units, defaults and ranges, is
+docs/gateway.md#configuration. ``actuator.timeout_s`` (the reload actuator's load
+timeout) does not apply here.
 """
 
 from __future__ import annotations
@@ -152,121 +122,21 @@ def parse_gateway_options(
     """Validate ``actuator:`` of kind gateway (without ``kind``); one-line ``ConfigError``s."""
     sec = Section(source, dict(options), "actuator")
     gateway = sec.str("gateway", "haproxy", choices=GATEWAYS)
-
-    steps = sec.int_list("steps", DEFAULT_STEPS, min=1, max=100)
-    if not steps or steps[-1] != 100 or any(b <= a for a, b in zip(steps, steps[1:])):
-        raise sec.fail("steps", list(steps), "must be increasing percents ending at 100, e.g. [25, 50, 100]")
+    steps = _steps(sec)
     # Every number has a range (docs/gateway.md): beyond it is a typo or a unit mix-up,
     # and 1e300 s of dwell would hold a shift forever.
     dwell = sec.float("step_dwell_s", 2.0, min=0.0, max=_HOUR_S)
     retry = sec.float("retry_s", 30.0, min=0.0, max=_DAY_S)
     timeout = sec.float("request_timeout_s", 2.0, min=0.0, min_exclusive=True, max=_HOUR_S)
-
-    guard: GuardSettings | None
-    raw_guard = sec.raw("guard", True)
-    if raw_guard is False:
-        guard = None
-    elif raw_guard is True:
-        guard = GuardSettings(p95_ms=slo_p95_ms)
-    else:
-        g = sec.section("guard")
-        reasons = g.raw("failure_reasons", None)
-        if reasons is not None:
-            reasons = failure_reasons(g, "failure_reasons", reasons)
-        guard = GuardSettings(
-            p95_ms=g.float("p95_ms", slo_p95_ms, min=0.0, min_exclusive=True, max=_HOUR_S * 1000),
-            mean_ms=g.float("mean_ms", None, min=0.0, min_exclusive=True, max=_HOUR_S * 1000),
-            max_failure_rps=g.float("max_failure_rps", 0.0, min=0.0, max=1e9),
-            failure_reasons=tuple(reasons) if reasons is not None else None,
-            min_requests=g.int("min_requests", 1, min=0, max=1_000_000_000),
-        )
-        g.done()
-
-    haproxy: HAProxySettings | None = None
-    kube: KubernetesSettings | None = None
-    if gateway == "haproxy":
-        socket = sec.str("socket")
-        address = socket.strip()
-        for prefix in ("ipv4@", "tcp://"):
-            address = address.removeprefix(prefix)
-        _, sep, port = address.rpartition(":")
-        if ("/" not in address and sep and port.isascii() and port.isdigit()
-                and not 0 < int(port) < 65536):
-            raise sec.fail("socket", socket, "must be a socket path or HOST:PORT with a port in 1-65535")
-        haproxy = HAProxySettings(
-            socket=socket,
-            backend=sec.str("backend"),
-            weight_scale=sec.int("weight_scale", 100, min=1, max=256),
-        )
-        target_key = "server"
-    else:
-        manifest = sec.str("manifest", None)
-        manifest_path = None
-        if manifest is not None:
-            p = Path(manifest).expanduser()
-            manifest_path = p if p.is_absolute() else base / p
-            if manifest_path.is_dir():
-                raise sec.fail("manifest", manifest, f"{manifest_path} is a directory, not a file")
-            if not manifest_path.is_file():
-                raise sec.fail("manifest", manifest, f"file {manifest_path} not found")
-        kube = KubernetesSettings(
-            kind=gateway,
-            route=sec.str("route"),
-            namespace=sec.str("namespace", None),
-            rule=sec.int("rule", 0, min=0, max=10_000),
-            api_version=sec.str("api_version", None),
-            apply=sec.str("apply", "auto", choices=("auto", "api", "print")),
-            manifest=manifest_path,
-        )
-        if kube.apply == "print" and manifest_path is None:
-            raise sec.fail("manifest", None, "is required when apply is print (the backends' order)")
-        target_key = "backend"
-
-    vsec = sec.section("variants")
-    variants: list[VariantSettings] = []
-    for name in vsec.data:
-        if name not in ladder:
-            raise vsec.fail(name, vsec.data[name], f"is not a profile of the ladder ({', '.join(ladder)})")
-    for name in ladder:
-        if name not in vsec.data:
-            where = vsec.field_path(name)
-            raise ConfigError(
-                f"{source}: {where}: required field is missing (every ladder profile needs a variant)",
-                source=source, field=where,
-            )
-        v = vsec.section(name)
-        target = v.str(target_key)
-        if gateway == "virtualservice":
-            subset = v.str("subset", None)
-            if "/" in target:
-                raise v.fail(target_key, target, "must be a host name (put the subset in `subset`)")
-            target = f"{target}/{subset}" if subset else target
-        selector = v.raw("selector", {})
-        if not isinstance(selector, Mapping) or not all(
-            isinstance(k, str) and isinstance(s, str) for k, s in selector.items()
-        ):
-            raise v.fail("selector", selector, "must map label names to string values")
-        variants.append(
-            VariantSettings(
-                profile=name,
-                target=target,
-                model=v.str("model", model),
-                http_url=v.url("http_url", http_url),
-                metrics_url=v.url("metrics_url", metrics_url),
-                selector=dict(selector),
-            )
-        )
-        v.done()
-    vsec.done()
-    targets = [v.target for v in variants]
-    for i, t in enumerate(targets):
-        if t in targets[:i]:
-            raise vsec.fail(f"{ladder[i]}.{target_key}", t, "is used by another variant; each needs its own")
+    guard = _guard(sec, slo_p95_ms)
+    haproxy = _haproxy(sec) if gateway == "haproxy" else None
+    kube = None if gateway == "haproxy" else _kubernetes(sec, gateway, base)
+    variants = _variants(sec, _VariantDefaults(model, http_url, metrics_url), gateway, ladder)
     sec.done()
     return GatewaySettings(
         gateway=gateway,
-        variants=tuple(variants),
-        steps=tuple(steps),
+        variants=variants,
+        steps=steps,
         step_dwell_s=dwell,
         retry_s=retry,
         request_timeout_s=timeout,
@@ -274,6 +144,138 @@ def parse_gateway_options(
         haproxy=haproxy,
         kubernetes=kube,
     )
+
+
+# -- the steps of parse_gateway_options, in the order they read the YAML --------------------------
+
+
+def _steps(sec: Section) -> tuple[int, ...]:
+    steps = sec.int_list("steps", DEFAULT_STEPS, min=1, max=100)
+    if not steps or steps[-1] != 100 or any(b <= a for a, b in zip(steps, steps[1:])):
+        raise sec.fail("steps", list(steps), "must be increasing percents ending at 100, e.g. [25, 50, 100]")
+    return tuple(steps)
+
+
+def _guard(sec: Section, slo_p95_ms: float) -> GuardSettings | None:
+    """``guard: false`` (none), ``true`` (on the SLO's p95) or its own thresholds."""
+    raw_guard = sec.raw("guard", True)
+    if raw_guard is False:
+        return None
+    if raw_guard is True:
+        return GuardSettings(p95_ms=slo_p95_ms)
+    g = sec.section("guard")
+    reasons = g.raw("failure_reasons", None)
+    if reasons is not None:
+        reasons = failure_reasons(g, "failure_reasons", reasons)
+    guard = GuardSettings(
+        p95_ms=g.float("p95_ms", slo_p95_ms, min=0.0, min_exclusive=True, max=_HOUR_S * 1000),
+        mean_ms=g.float("mean_ms", None, min=0.0, min_exclusive=True, max=_HOUR_S * 1000),
+        max_failure_rps=g.float("max_failure_rps", 0.0, min=0.0, max=1e9),
+        failure_reasons=tuple(reasons) if reasons is not None else None,
+        min_requests=g.int("min_requests", 1, min=0, max=1_000_000_000),
+    )
+    g.done()
+    return guard
+
+
+def _haproxy(sec: Section) -> HAProxySettings:
+    socket = sec.str("socket")
+    address = socket.strip()
+    for prefix in ("ipv4@", "tcp://"):
+        address = address.removeprefix(prefix)
+    _, sep, port = address.rpartition(":")
+    if ("/" not in address and sep and port.isascii() and port.isdigit()
+            and not 0 < int(port) < 65536):
+        raise sec.fail("socket", socket, "must be a socket path or HOST:PORT with a port in 1-65535")
+    return HAProxySettings(
+        socket=socket,
+        backend=sec.str("backend"),
+        weight_scale=sec.int("weight_scale", 100, min=1, max=256),
+    )
+
+
+def _kubernetes(sec: Section, gateway: str, base: Path) -> KubernetesSettings:
+    """A route's settings; ``manifest`` is resolved against the config file's folder."""
+    manifest = sec.str("manifest", None)
+    manifest_path = None
+    if manifest is not None:
+        p = Path(manifest).expanduser()
+        manifest_path = p if p.is_absolute() else base / p
+        if manifest_path.is_dir():
+            raise sec.fail("manifest", manifest, f"{manifest_path} is a directory, not a file")
+        if not manifest_path.is_file():
+            raise sec.fail("manifest", manifest, f"file {manifest_path} not found")
+    kube = KubernetesSettings(
+        kind=gateway,
+        route=sec.str("route"),
+        namespace=sec.str("namespace", None),
+        rule=sec.int("rule", 0, min=0, max=10_000),
+        api_version=sec.str("api_version", None),
+        apply=sec.str("apply", "auto", choices=("auto", "api", "print")),
+        manifest=manifest_path,
+    )
+    if kube.apply == "print" and manifest_path is None:
+        raise sec.fail("manifest", None, "is required when apply is print (the backends' order)")
+    return kube
+
+
+@dataclass(frozen=True)
+class _VariantDefaults:
+    """What a variant that does not say otherwise inherits from the sidecar's own target."""
+
+    model: str
+    http_url: str
+    metrics_url: str
+
+
+def _variants(sec: Section, defaults: _VariantDefaults, gateway: str,
+              ladder: Sequence[str]) -> tuple[VariantSettings, ...]:
+    """One variant per ladder profile, no more, no fewer, each with a target of its own."""
+    target_key = "server" if gateway == "haproxy" else "backend"
+    vsec = sec.section("variants")
+    for name in vsec.data:
+        if name not in ladder:
+            raise vsec.fail(name, vsec.data[name], f"is not a profile of the ladder ({', '.join(ladder)})")
+    variants = []
+    for name in ladder:
+        if name not in vsec.data:
+            where = vsec.field_path(name)
+            raise ConfigError(
+                f"{sec.source}: {where}: required field is missing (every ladder profile needs a variant)",
+                source=sec.source, field=where,
+            )
+        variants.append(_variant(vsec.section(name), name, defaults, gateway, target_key))
+    vsec.done()
+    targets = [v.target for v in variants]
+    for i, t in enumerate(targets):
+        if t in targets[:i]:
+            raise vsec.fail(f"{ladder[i]}.{target_key}", t, "is used by another variant; each needs its own")
+    return tuple(variants)
+
+
+def _variant(v: Section, name: str, defaults: _VariantDefaults, gateway: str,
+             target_key: str) -> VariantSettings:
+    target = v.str(target_key)
+    if gateway == "virtualservice":
+        subset = v.str("subset", None)
+        if "/" in target:
+            raise v.fail(target_key, target, "must be a host name (put the subset in `subset`)")
+        target = f"{target}/{subset}" if subset else target
+    selector = v.raw("selector", {})
+    if not isinstance(selector, Mapping) or not all(
+        isinstance(k, str) and isinstance(s, str) for k, s in selector.items()
+    ):
+        raise v.fail("selector", selector, "must map label names to string values")
+    variant = VariantSettings(
+        profile=name,
+        target=target,
+        model=v.str("model", defaults.model),
+        http_url=v.url("http_url", defaults.http_url),
+        metrics_url=v.url("metrics_url", defaults.metrics_url),
+        selector=dict(selector),
+    )
+    v.done()
+    return variant
 
 
 def build_gateway_actuator(
