@@ -1,4 +1,4 @@
-"""The views of cli/views.py that hold state of their own (pure: no server), and where plots go."""
+"""The views of cli/views/ that hold state of their own (pure: no server), and where plots go."""
 
 from __future__ import annotations
 

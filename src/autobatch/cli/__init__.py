@@ -4,6 +4,7 @@
 * :mod:`.planner`: ``plan``, ``simulate``, ``replay``, ``render``;
 * :mod:`.traffic`: ``load``, ``watch``;
 * :mod:`.lab`: ``serve``, ``measure``, ``demo``;
+* :mod:`.options`: the options several commands share;
 * :mod:`.views`: every table, live view and plot they print.
 """
 
