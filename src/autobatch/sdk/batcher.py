@@ -38,9 +38,7 @@ import heapq
 import itertools
 import math
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Hashable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from autobatch.errors import (
@@ -51,6 +49,9 @@ from autobatch.errors import (
     InvalidRequestError,
     QueueFullError,
 )
+from autobatch.sdk.queue import DONE, QUEUED, SENT, WAITING, Batch, Group, Request, RequestQueue
+from autobatch.sdk.statistics import BatcherStatistics
+from autobatch.sdk.timer import WakeupTimer
 
 if TYPE_CHECKING:
     from autobatch.sdk.metrics import BatcherMetrics
@@ -66,107 +67,6 @@ FLUSH_REASONS = ("full", "idle", "delay", "drain")
 # Float slack when comparing elapsed times with a delay: a timer that fires a
 # hair early must still flush, not re-arm for a few nanoseconds.
 _EPSILON_S = 1e-9
-
-_WAITING, _QUEUED, _SENT, _DONE = range(4)
-
-
-@dataclass(frozen=True)
-class BatcherStatistics:
-    """A snapshot of one :class:`MicroBatcher`, taken by :meth:`MicroBatcher.statistics`.
-
-    "Size" is the sum of ``size_of(item)``: the number of items unless the
-    batcher was given ``size_of`` (the Triton client counts rows along the
-    batch dimension). Counters are cumulative since the batcher was built.
-    """
-
-    queued_requests: int
-    """Requests in the queue, not yet sent."""
-    queued_size: int
-    """Their total size."""
-    waiting_for_space: int
-    """Callers blocked in ``submit`` by a full queue (backpressure ``"wait"``)."""
-    in_flight_batches: int
-    """Batches sent whose batch function has not returned yet (<= ``max_in_flight``)."""
-    in_flight_requests: int
-    """Requests in those batches."""
-    submitted: int
-    """Requests accepted by ``submit`` (not counting those rejected or refused as invalid)."""
-    succeeded: int
-    """Requests answered with their result."""
-    failed: int
-    """Requests failed because their batch failed."""
-    expired: int
-    """Requests failed with :class:`~autobatch.errors.DeadlineExceededError`."""
-    cancelled: int
-    """Requests whose caller cancelled them; those cancelled while queued were never sent."""
-    rejected: int
-    """``submit`` calls turned away with :class:`~autobatch.errors.QueueFullError`."""
-    batches: int
-    """Batches sent."""
-    batches_failed: int
-    """Batches whose batch function raised or returned the wrong number of results."""
-    requests_sent: int
-    """Requests sent, over all batches."""
-    size_sent: int
-    """Their total size."""
-    flushed_full: int
-    """Batches sent because they were full."""
-    flushed_idle: int
-    """Batches sent at once because nothing was in flight (adaptive mode)."""
-    flushed_delay: int
-    """Batches sent because their oldest request had waited ``max_delay_s``."""
-    flushed_drain: int
-    """Batches sent while closing."""
-    closed: bool
-    """``close()`` has been called: ``submit`` refuses new requests."""
-
-    @property
-    def mean_batch_size(self) -> float:
-        """Mean size of the batches sent (0.0 before the first)."""
-        return self.size_sent / self.batches if self.batches else 0.0
-
-    @property
-    def mean_batch_requests(self) -> float:
-        """Mean number of requests in the batches sent (0.0 before the first)."""
-        return self.requests_sent / self.batches if self.batches else 0.0
-
-
-class _Request:
-    __slots__ = ("batch", "deadline", "enqueued_at", "future", "item", "key", "seq", "size",
-                 "state", "timeout_s")
-
-    def __init__(self, item: Any, size: int, key: Hashable, seq: int,
-                 future: asyncio.Future[Any], timeout_s: float | None, deadline: float) -> None:
-        self.item = item
-        self.size = size
-        self.key = key
-        self.seq = seq
-        self.future = future
-        self.timeout_s = timeout_s
-        self.deadline = deadline
-        self.enqueued_at = 0.0
-        self.state = _WAITING
-        self.batch: _Batch | None = None
-
-
-class _Batch:
-    """A batch in flight: its requests and the task running it."""
-
-    __slots__ = ("requests", "task")
-
-    def __init__(self, requests: list[_Request], task: asyncio.Task[Any]) -> None:
-        self.requests = requests
-        self.task = task
-
-
-class _Group:
-    """The queue of one group key: FIFO, with its total size kept up to date."""
-
-    __slots__ = ("queue", "size")
-
-    def __init__(self) -> None:
-        self.queue: deque[_Request] = deque()
-        self.size = 0
 
 
 def _one(_: Any) -> int:
@@ -264,17 +164,12 @@ class MicroBatcher(Generic[T, R]):
         self._clock = clock
         self._sleep = sleep
 
-        self._groups: dict[Hashable, _Group] = {}
-        self._queued = 0
-        self._queued_size = 0
-        self._waiters: deque[_Request] = deque()
-        self._in_flight: set[_Batch] = set()
+        self._queue = RequestQueue(max_queue_size, self._metrics)
+        self._in_flight: set[Batch] = set()
         self._in_flight_requests = 0
-        self._deadlines: list[tuple[float, int, _Request]] = []
+        self._deadlines: list[tuple[float, int, Request]] = []
         self._seq = itertools.count()
-        self._timer: asyncio.Task[None] | None = None
-        self._timer_changed: asyncio.Event | None = None
-        self._timer_at = math.inf
+        self._timer = WakeupTimer(clock, sleep, self._next_wakeup, self._on_timer)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         self._draining = False
@@ -312,7 +207,8 @@ class MicroBatcher(Generic[T, R]):
         ):
             raise InvalidRequestError(f"timeout_s = {timeout_s!r}: must be a number of seconds > 0")
         loop = self._bind_loop()
-        if self._queued + len(self._waiters) >= self.max_queue_size and self.backpressure == "raise":
+        queue = self._queue
+        if queue.count + len(queue.waiters) >= self.max_queue_size and self.backpressure == "raise":
             self._counts["rejected"] += 1
             if self._metrics:
                 self._metrics.request_done("rejected")
@@ -323,24 +219,24 @@ class MicroBatcher(Generic[T, R]):
         key = self._key_of(item)
         now = self._clock()
         deadline = math.inf if timeout_s is None else now + timeout_s
-        req = _Request(item, size, key, next(self._seq), loop.create_future(), timeout_s, deadline)
+        req = Request(item, size, key, next(self._seq), loop.create_future(), timeout_s, deadline)
         req.enqueued_at = now
         self._counts["submitted"] += 1
         if deadline != math.inf:
             heapq.heappush(self._deadlines, (deadline, req.seq, req))
-            self._arm_timer(deadline)
-        if self.adaptive and not (self._in_flight or self._groups or self._waiters):
+            self._timer.arm(deadline)
+        if self.adaptive and not (self._in_flight or queue.groups or queue.waiters):
             return await self._run_inline(req, now)
         # Cancelling the caller cancels this future: take the request out of the queue then.
         req.future.add_done_callback(lambda _f, r=req: self._on_future_done(r))
-        if self._queued >= self.max_queue_size or self._waiters:
-            self._waiters.append(req)  # FIFO: nobody overtakes an earlier waiter
+        if not queue.has_room() or queue.waiters:
+            queue.waiters.append(req)  # FIFO: nobody overtakes an earlier waiter
         else:
             self._enqueue(req)
             self._dispatch()
         return await req.future
 
-    async def _run_inline(self, req: _Request, now: float) -> R:
+    async def _run_inline(self, req: Request, now: float) -> R:
         """Nothing queued, nothing in flight: the caller sends its batch of one itself.
 
         The same batch as an "idle" flush, minus two trips through the event
@@ -365,9 +261,9 @@ class MicroBatcher(Generic[T, R]):
     def statistics(self) -> BatcherStatistics:
         """A frozen snapshot of the queue, the batches in flight and the counters."""
         return BatcherStatistics(
-            queued_requests=self._queued,
-            queued_size=self._queued_size,
-            waiting_for_space=len(self._waiters),
+            queued_requests=self._queue.count,
+            queued_size=self._queue.size,
+            waiting_for_space=len(self._queue.waiters),
             in_flight_batches=len(self._in_flight),
             in_flight_requests=self._in_flight_requests,
             **self._counts,
@@ -397,14 +293,14 @@ class MicroBatcher(Generic[T, R]):
         if drain:
             self._draining = True
             self._dispatch()
-            while self._queued or self._waiters or self._in_flight:
+            while self._queue.count or self._queue.waiters or self._in_flight:
                 assert self._idle is not None
                 self._idle.clear()
                 await self._idle.wait()
         else:
             err = BatcherError(f"{self.name}: the batcher was closed before this request was sent")
-            for req in [*self._waiters, *(r for g in self._groups.values() for r in g.queue)]:
-                self._remove(req)
+            for req in self._queue.everyone():
+                self._queue.remove(req)
                 self._fail(req, err, "failed")
             self._aborting = True
             for batch in list(self._in_flight):
@@ -413,10 +309,7 @@ class MicroBatcher(Generic[T, R]):
                 assert self._idle is not None
                 self._idle.clear()
                 await self._idle.wait()
-        if self._timer is not None:
-            self._timer.cancel()
-            await asyncio.gather(self._timer, return_exceptions=True)
-            self._timer = None
+        await self._timer.close()
 
     async def __aenter__(self) -> MicroBatcher[T, R]:
         return self
@@ -431,7 +324,7 @@ class MicroBatcher(Generic[T, R]):
         if self._loop is None:
             self._loop = loop
             self._idle = asyncio.Event()
-            self._timer_changed = asyncio.Event()
+            self._timer.bind(loop)
         elif self._loop is not loop:
             raise BatcherError(
                 f"{self.name}: used from a second event loop; a batcher belongs to the loop "
@@ -439,50 +332,22 @@ class MicroBatcher(Generic[T, R]):
             )
         return loop
 
-    def _enqueue(self, req: _Request) -> None:
-        group = self._groups.get(req.key)
-        if group is None:
-            group = self._groups[req.key] = _Group()
-        group.queue.append(req)
-        group.size += req.size
-        self._queued += 1
-        self._queued_size += req.size
-        req.state = _QUEUED
-        if self.max_delay_s is not None and len(group.queue) == 1:
-            self._arm_timer(req.enqueued_at + self.max_delay_s)
-        if self._metrics:
-            self._metrics.set_queued(self._queued)
-
-    def _remove(self, req: _Request) -> None:
-        """Take a request out of the waiters or the queue (not out of a sent batch)."""
-        if req.state == _WAITING:
-            self._waiters.remove(req)
-        elif req.state == _QUEUED:
-            group = self._groups[req.key]
-            group.queue.remove(req)
-            self._unqueue(group, req)
-        req.state = _DONE
-
-    def _unqueue(self, group: _Group, req: _Request) -> None:
-        group.size -= req.size
-        self._queued -= 1
-        self._queued_size -= req.size
-        if not group.queue:
-            del self._groups[req.key]
-        if self._metrics:
-            self._metrics.set_queued(self._queued)
+    def _enqueue(self, req: Request) -> None:
+        if self._queue.add(req) and self.max_delay_s is not None:
+            self._timer.arm(req.enqueued_at + self.max_delay_s)
 
     def _admit_waiters(self) -> None:
-        while self._waiters and self._queued < self.max_queue_size:
-            req = self._waiters.popleft()
+        queue = self._queue
+        while queue.waiters and queue.has_room():
+            req = queue.waiters.popleft()
             req.enqueued_at = self._clock()
             self._enqueue(req)
 
-    def _on_future_done(self, req: _Request) -> None:
-        if not req.future.cancelled() or req.state == _DONE:
+    def _on_future_done(self, req: Request) -> None:
+        if not req.future.cancelled() or req.state == DONE:
             return
-        was_queued = req.state in (_WAITING, _QUEUED)
-        self._remove(req)
+        was_queued = req.state in (WAITING, QUEUED)
+        self._queue.remove(req)
         self._counts["cancelled"] += 1
         if self._metrics:
             self._metrics.request_done("cancelled")
@@ -493,8 +358,8 @@ class MicroBatcher(Generic[T, R]):
         else:
             self._abandon_if_unwanted(req)
 
-    def _fail(self, req: _Request, err: BaseException, outcome: str) -> None:
-        req.state = _DONE
+    def _fail(self, req: Request, err: BaseException, outcome: str) -> None:
+        req.state = DONE
         if not req.future.done():
             req.future.set_exception(err)
         self._counts[outcome] += 1
@@ -502,7 +367,7 @@ class MicroBatcher(Generic[T, R]):
             self._metrics.request_done(outcome)
 
     # -- flushing -----------------------------------------------------------------------
-    def _ready(self, group: _Group, now: float) -> str | None:
+    def _ready(self, group: Group, now: float) -> str | None:
         """Why ``group`` should go out now, or None."""
         if group.size >= self.max_batch_size:
             return "full"
@@ -519,12 +384,13 @@ class MicroBatcher(Generic[T, R]):
 
     def _dispatch(self) -> None:
         """Send every batch that may go out now."""
-        if not self._groups:
+        groups = self._queue.groups
+        if not groups:
             return
         now = self._clock()
-        while len(self._in_flight) < self.max_in_flight and self._groups:
+        while len(self._in_flight) < self.max_in_flight and groups:
             best: tuple[int, Hashable, str] | None = None
-            for key, group in self._groups.items():
+            for key, group in groups.items():
                 head = group.queue[0].seq
                 if best is not None and head > best[0]:
                     continue
@@ -534,44 +400,29 @@ class MicroBatcher(Generic[T, R]):
             if best is None:
                 break
             self._send(best[1], best[2], now)
-        if (
-            self.max_delay_s is not None
-            and self._groups
-            and len(self._in_flight) < self.max_in_flight
-        ):
-            oldest = min(g.queue[0].enqueued_at for g in self._groups.values())
-            self._arm_timer(oldest + self.max_delay_s)
+        if self.max_delay_s is not None and groups and len(self._in_flight) < self.max_in_flight:
+            self._timer.arm(self._queue.oldest_enqueued_at() + self.max_delay_s)
 
     def _send(self, key: Hashable, reason: str, now: float) -> None:
-        group = self._groups[key]
-        batch: list[_Request] = []
-        size = 0
-        while group.queue and size + group.queue[0].size <= self.max_batch_size:
-            req = group.queue.popleft()
-            self._unqueue(group, req)
-            if req.future.done():
-                # Cancelled a moment ago; its done-callback has not run yet.
-                req.state = _DONE
-                self._counts["cancelled"] += 1
-                if self._metrics:
-                    self._metrics.request_done("cancelled")
-                continue
-            batch.append(req)
-            size += req.size
+        batch, size, cancelled = self._queue.take(key, self.max_batch_size)
+        for _ in range(cancelled):
+            self._counts["cancelled"] += 1
+            if self._metrics:
+                self._metrics.request_done("cancelled")
         self._admit_waiters()
         if not batch:
             return
         assert self._loop is not None
-        out = _Batch(batch, None)  # type: ignore[arg-type]
+        out = Batch(batch, None)  # type: ignore[arg-type]
         out.task = self._loop.create_task(self._run_batch(out, size))
         self._start(batch, size, reason, now, out.task, out)
 
-    def _start(self, batch: list[_Request], size: int, reason: str, now: float,
-               task: asyncio.Task[Any], out: _Batch | None = None) -> _Batch:
+    def _start(self, batch: list[Request], size: int, reason: str, now: float,
+               task: asyncio.Task[Any], out: Batch | None = None) -> Batch:
         """Account for a batch going out, run by ``task``."""
-        out = _Batch(batch, task) if out is None else out
+        out = Batch(batch, task) if out is None else out
         for req in batch:
-            req.state = _SENT
+            req.state = SENT
             req.batch = out
         self._counts["batches"] += 1
         self._counts["requests_sent"] += len(batch)
@@ -584,15 +435,15 @@ class MicroBatcher(Generic[T, R]):
             self._metrics.set_in_flight(len(self._in_flight))
         return out
 
-    def _abandon_if_unwanted(self, req: _Request) -> None:
+    def _abandon_if_unwanted(self, req: Request) -> None:
         """Cancel ``req``'s batch once none of its callers waits for it any more."""
         out = req.batch
         if out is None or out not in self._in_flight:
             return
-        if all(r.state == _DONE for r in out.requests):
+        if all(r.state == DONE for r in out.requests):
             out.task.cancel()
 
-    async def _run_batch(self, out: _Batch, size: int) -> None:
+    async def _run_batch(self, out: Batch, size: int) -> None:
         batch = out.requests
         started = self._clock()
         try:
@@ -608,8 +459,8 @@ class MicroBatcher(Generic[T, R]):
                     # Its callers left (cancelled, expired), or a lone caller running its
                     # own batch was cancelled: whoever still counts as sent is cancelled.
                     for req in batch:
-                        if req.state == _SENT:
-                            req.state = _DONE
+                        if req.state == SENT:
+                            req.state = DONE
                             req.future.cancel()
                             self._counts["cancelled"] += 1
                             if self._metrics:
@@ -638,8 +489,8 @@ class MicroBatcher(Generic[T, R]):
                 ))
                 return
             for req, result in zip(batch, results):
-                if req.state == _SENT:
-                    req.state = _DONE
+                if req.state == SENT:
+                    req.state = DONE
                     if not req.future.done():
                         req.future.set_result(result)
                     self._counts["succeeded"] += 1
@@ -655,76 +506,41 @@ class MicroBatcher(Generic[T, R]):
             self._dispatch()
             self._maybe_idle()
 
-    def _fail_batch(self, batch: list[_Request], err: BaseException) -> None:
+    def _fail_batch(self, batch: list[Request], err: BaseException) -> None:
         self._counts["batches_failed"] += 1
         for req in batch:
-            if req.state == _SENT:
+            if req.state == SENT:
                 self._fail(req, err, "failed")
 
     def _maybe_idle(self) -> None:
-        if self._idle is not None and not (self._queued or self._waiters or self._in_flight):
+        if self._idle is not None and not (self._queue.count or self._queue.waiters or self._in_flight):
             self._idle.set()
 
     # -- timers (max delay, deadlines) ----------------------------------------------------
-    def _arm_timer(self, when: float) -> None:
-        if when >= self._timer_at:
-            return
-        self._timer_at = when
-        if self._timer is None:
-            assert self._loop is not None
-            self._timer = self._loop.create_task(self._timer_loop())
-        else:
-            assert self._timer_changed is not None
-            self._timer_changed.set()
-
     def _next_wakeup(self) -> float:
-        while self._deadlines and self._deadlines[0][2].state == _DONE:
+        while self._deadlines and self._deadlines[0][2].state == DONE:
             heapq.heappop(self._deadlines)
         when = self._deadlines[0][0] if self._deadlines else math.inf
-        if self.max_delay_s is not None and self._groups and len(self._in_flight) < self.max_in_flight:
-            oldest = min(g.queue[0].enqueued_at for g in self._groups.values())
-            when = min(when, oldest + self.max_delay_s)
+        if self.max_delay_s is not None and self._queue.groups and len(self._in_flight) < self.max_in_flight:
+            when = min(when, self._queue.oldest_enqueued_at() + self.max_delay_s)
         return when
-
-    async def _timer_loop(self) -> None:
-        assert self._timer_changed is not None
-        changed = self._timer_changed
-        while True:
-            changed.clear()
-            when = self._next_wakeup()
-            self._timer_at = when
-            if when == math.inf:
-                await changed.wait()
-                continue
-            delay = when - self._clock()
-            if delay > 0:
-                sleeper = asyncio.ensure_future(self._sleep(delay))
-                waker = asyncio.ensure_future(changed.wait())
-                try:
-                    await asyncio.wait({sleeper, waker}, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    sleeper.cancel()
-                    waker.cancel()
-                if waker.done() and not waker.cancelled():
-                    continue  # an earlier timer was armed: recompute
-            self._on_timer()
 
     def _on_timer(self) -> None:
         now = self._clock()
         expired = False
         while self._deadlines and self._deadlines[0][0] <= now + _EPSILON_S:
             _, _, req = heapq.heappop(self._deadlines)
-            if req.state == _DONE:
+            if req.state == DONE:
                 continue
             expired = True
             where = (
-                "it was never sent" if req.state in (_WAITING, _QUEUED)
+                "it was never sent" if req.state in (WAITING, QUEUED)
                 else "its batch was already sent; the result is discarded"
             )
-            if req.state == _SENT:
-                req.state = _DONE  # the batch still counts it in flight until it returns
+            if req.state == SENT:
+                req.state = DONE  # the batch still counts it in flight until it returns
             else:
-                self._remove(req)
+                self._queue.remove(req)
             self._fail(req, DeadlineExceededError(
                 f"{self.name}: no result within timeout_s = {req.timeout_s:g} s; {where}"
             ), "expired")
