@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/simulator.py                 # speed only (~30 s)
     .venv/bin/python benchmarks/simulator.py --fidelity      # + the real Triton (~1 min more)
     .venv/bin/python benchmarks/simulator.py --requests 2000000 --json
+    .venv/bin/python benchmarks/simulator.py --against 66abac3   # + that commit's, alternating
 
 Speed: 1 M (``--requests``) Poisson requests through each engine, timed from
 drawing the arrivals (numpy) to the finished result, for a curve where
@@ -16,6 +17,11 @@ loaded with the same curve and profile, under Poisson load at three rates,
 against the simulator fed the same sends (``autobatch.lab.fidelity.simulator_fidelity``,
 which the CI test also uses).
 
+Against a commit (``--against REV``): that commit's ``speed`` and today's, each
+in a fresh process on its own tree (``git archive``), alternating, ``--repeats``
+times; the ratio per case is today's time over the commit's in the same round.
+A refactor that says "the engines are as fast as before" shows it this way.
+
 Each run is saved under benchmarks/results/simulator/ (record.save_result) for the
 README's table: the speed row from every run, the fidelity row from ``--fidelity`` runs.
 """
@@ -23,8 +29,15 @@ README's table: the speed row from every run, the fidelity row from ``--fidelity
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -149,6 +162,40 @@ def fidelity() -> dict[str, Any]:
     return {"profile": profile.summary(), "curve": dict(FIDELITY_CURVE.points), **result.to_dict()}
 
 
+def _speed_in(tree: Path, requests: int) -> list[dict[str, Any]]:
+    """``speed`` of the simulator in ``tree`` (its src/ and benchmarks/), in a fresh process."""
+    code = f"import json, simulator; print(json.dumps(simulator.speed({requests}, with_baseline=False)))"
+    env = {**os.environ, "PYTHONPATH": f"{tree / 'src'}{os.pathsep}{tree / 'benchmarks'}"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tree / "benchmarks", env=env,
+                          capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)
+
+
+def against(rev: str, requests: int, repeats: int) -> dict[str, Any]:
+    """Today's tree and ``rev``'s timed alternately (who goes first swaps each round)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src", "benchmarks", "curves",
+                                  "profiles"], capture_output=True, check=True).stdout
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(tmp, filter="data")
+        trees = [("today", ROOT), (rev, Path(tmp))]
+        runs: dict[str, list[list[dict[str, Any]]]] = {"today": [], rev: []}
+        for i in range(repeats):
+            for name, tree in (trees if i % 2 == 0 else trees[::-1]):
+                runs[name].append(_speed_in(tree, requests))
+    rows = []
+    for j, r in enumerate(runs["today"][0]):
+        today = [run[j]["total_s"] for run in runs["today"]]
+        old = [run[j]["total_s"] for run in runs[rev]]
+        ratios = [a / b for a, b in zip(today, old)]
+        rows.append({"case": r["case"], "engine": r["engine"], "today_s": today, "rev_s": old,
+                     "ratio_median": round(statistics.median(ratios), 3),
+                     "ratio_min": round(min(ratios), 3), "ratio_max": round(max(ratios), 3),
+                     "same_p99": all(a[j]["p99_ms"] == b[j]["p99_ms"]
+                                     for a, b in zip(runs["today"], runs[rev]))})
+    return {"rev": rev, "repeats": repeats, "requests": requests, "rows": rows}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=1_000_000)
@@ -156,11 +203,16 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--no-baseline", action="store_true",
                     help="skip the pre-issue-13 engines (read from git) timed beside today's")
+    ap.add_argument("--against", metavar="REV", help="also time git revision REV's simulator, alternating")
+    ap.add_argument("--repeats", type=int, default=3, help="rounds of --against [3]")
     args = ap.parse_args()
     console = Console(stderr=args.json, width=160)
     with console.status(f"simulating {args.requests:,} requests per engine ..."):
         rows = speed(args.requests, with_baseline=not args.no_baseline)
     result: dict[str, Any] = {"speed": rows}
+    if args.against:
+        with console.status(f"today's simulator and {args.against}'s, {args.repeats} rounds ..."):
+            result["against"] = against(args.against, args.requests, args.repeats)
     if args.fidelity:
         with console.status("fidelity against the real Triton ..."):
             result["fidelity"] = fidelity()
@@ -180,6 +232,16 @@ def main() -> None:
                   "-" if r["ratio_to_baseline"] is None else f"{r['ratio_to_baseline']:.2f}",
                   "-" if r["same_as_baseline"] is None else ("yes" if r["same_as_baseline"] else "NO"))
     console.print(t)
+    if "against" in result:
+        a = result["against"]
+        at = Table(title=f"Today against {a['rev']}: total s per round, ratio today / {a['rev']}")
+        for col in ("case", "engine", "today s", f"{a['rev']} s", "ratio median", "min", "max", "same p99"):
+            at.add_column(col, justify="left" if col in ("case", "engine") else "right")
+        for r in a["rows"]:
+            at.add_row(r["case"], r["engine"], " ".join(f"{x:.2f}" for x in r["today_s"]),
+                       " ".join(f"{x:.2f}" for x in r["rev_s"]), f"{r['ratio_median']:.3f}",
+                       f"{r['ratio_min']:.3f}", f"{r['ratio_max']:.3f}", "yes" if r["same_p99"] else "NO")
+        console.print(at)
     if "fidelity" in result:
         f = result["fidelity"]
         ft = Table(title=f"Fidelity: {f['profile']}, curve {f['curve']}; overheads {f['overheads']}")

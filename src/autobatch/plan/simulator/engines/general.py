@@ -43,6 +43,7 @@ REJECTED_TIMEOUT = 2
 """Rejected after its level's timeout ran out in the queue."""
 
 
+# One flat loop on purpose, for speed (engines/__init__.py): keep it so.
 def run_general(
     t: list[float],
     rows: list[int],

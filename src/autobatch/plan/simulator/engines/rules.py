@@ -23,6 +23,7 @@ Batches = tuple[list[int], list[int], list[float], list[float]]
 """Per batch: rows, requests, start and end (seconds)."""
 
 
+# One flat loop on purpose, for speed (engines/__init__.py): keep it so.
 def run_rules(
     t: list[float],
     rows: list[int] | None,

@@ -35,6 +35,7 @@ def next_tick(timer: float, until: float, step: float) -> float:
     return timer
 
 
+# One flat loop on purpose, for speed (engines/__init__.py): keep it so.
 def run_triton(
     t: list[float],
     rows: list[int] | None,
