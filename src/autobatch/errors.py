@@ -115,7 +115,7 @@ class ScrapeError(SignalError):
 
     ``reason`` is the machine reason a stale window records for it (a value of
     ``autobatch.signals.StaleReason``: ``unreachable``, ``malformed``,
-    ``missing_series``, ``too_large``); ``url`` is the endpoint, when there is one.
+    ``missing_series``, ``too_large``, ``forbidden``); ``url`` is the endpoint, when there is one.
     ``timed_out`` is True when the endpoint did not answer in time (a hung peer,
     as against one that refused): the controller's liveness counts those.
     """

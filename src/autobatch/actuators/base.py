@@ -32,6 +32,7 @@ REASONS = (
     "unreachable",
     "unavailable",
     "write_failed",
+    "forbidden",
 )
 """Every machine reason an actuator reports, a bounded set for metric labels.
 
@@ -42,7 +43,9 @@ by the local checks against the live config; nothing sent), ``rejected`` (the
 server refused the load), ``verify_failed`` (accepted, but the config read back
 differs), ``timeout`` (a load or a config read outlived its timeout: the
 server hangs), ``unreachable`` (no answer), ``unavailable`` (an answer, but
-the model is not loaded), and ``write_failed`` (file mode could not write config.pbtxt; nothing sent).
+the model is not loaded), ``write_failed`` (file mode could not write config.pbtxt; nothing sent),
+and ``forbidden`` (Triton's restricted API refused the request: its key is missing or wrong,
+``triton.restricted_api``; nothing loaded).
 """
 
 

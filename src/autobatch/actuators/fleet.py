@@ -34,6 +34,7 @@ from urllib.parse import quote
 
 import httpx
 
+from autobatch.access import RestrictedApi, http_headers
 from autobatch.actuators.base import ActuationResult
 from autobatch.actuators.triton import ReloadFailure, TritonReloadActuator
 from autobatch.errors import ActuationError, ConfigError
@@ -163,6 +164,9 @@ class TritonFleetActuator:
             ``load_timeout_s``, ``request_timeout_s`` and the replica's gRPC URL for loads
             (``load_api="grpc"``) or none (``"http"``).
         ready_timeout_s: how long a replica may take to answer READY after its load.
+        restricted_api: the key of Triton's restricted APIs, the same on every replica:
+            sent with each replica's config reads and loads, and its READY polls (in case
+            ``health`` is locked too).
         clock, sleep: injected for the durations and the READY poll.
     """
 
@@ -179,6 +183,7 @@ class TritonFleetActuator:
         load_timeout_s: float = 120.0,
         request_timeout_s: float = 5.0,
         ready_timeout_s: float = 120.0,
+        restricted_api: RestrictedApi | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     ) -> None:
@@ -194,11 +199,12 @@ class TritonFleetActuator:
             return TritonReloadActuator(
                 r.http_url, model, self.ladder, clock=clock, request_timeout_s=request_timeout_s,
                 load_timeout_s=load_timeout_s, grpc_url=r.grpc_url if load_api == "grpc" else None,
+                restricted_api=restricted_api,
             )
 
         self._make = reloader or default
         self._reloaders: dict[Replica, TritonReloadActuator] = {}
-        self._http = httpx.AsyncClient(timeout=request_timeout_s)
+        self._http = httpx.AsyncClient(timeout=request_timeout_s, headers=http_headers(restricted_api))
         self._lock = asyncio.Lock()
         self.last_replicas: list[Replica] = []
         """The replicas of the latest step, in the order they were changed."""

@@ -96,6 +96,7 @@ from urllib.parse import quote
 
 import httpx
 
+from autobatch.access import RestrictedApi, http_headers, refusal
 from autobatch.actuators.base import ActuationResult
 from autobatch.actuators.triton_config import batching_view, differences, matches, profile_flags
 from autobatch.errors import ActuationError, ConfigError, ProfileError
@@ -138,6 +139,12 @@ class _ReadTimeout(ReloadFailure):
 
 class _VerifyFailed(ReloadFailure):
     reason = "verify_failed"
+
+
+class _Forbidden(ReloadFailure):
+    """Triton's restricted API refused the request: no key, or the wrong one."""
+
+    reason = "forbidden"
 
 
 def _error_text(response: httpx.Response) -> str:
@@ -207,6 +214,10 @@ class TritonReloadActuator:
             it to finish (p99 of HTTP clients during a swap 2.9-5.6 s); with the
             load sent over gRPC the same swap kept their p99 at 49 ms against
             43 ms with no swap. Config reads stay on HTTP. None: HTTP.
+        restricted_api: the header and key Triton's restricted APIs expect
+            (:mod:`autobatch.access`), sent with every config read and load (as gRPC
+            metadata over gRPC). A refusal for want of it is reason ``forbidden``,
+            one line naming the setting; nothing is loaded. None: no key is sent.
     """
 
     name = "triton"
@@ -223,6 +234,7 @@ class TritonReloadActuator:
         request_timeout_s: float = 5.0,
         load_timeout_s: float = 120.0,
         grpc_url: str | None = None,
+        restricted_api: RestrictedApi | None = None,
     ) -> None:
         for field, value in (("request_timeout_s", request_timeout_s), ("load_timeout_s", load_timeout_s)):
             if not value > 0:
@@ -252,6 +264,8 @@ class TritonReloadActuator:
         self._config_url = f"{self.http_url}/v2/models/{quoted}/config"
         self._load_url = f"{self.http_url}/v2/repository/models/{quoted}/load"
         self.grpc_url = grpc_url.split("://", 1)[-1] if grpc_url else None
+        self.restricted_api = restricted_api
+        self._headers = http_headers(restricted_api)
         self._grpc: Any = None
 
     @property
@@ -506,7 +520,7 @@ class TritonReloadActuator:
     async def _read_config(self, *, timeout_s: float | None = None) -> dict[str, Any]:
         timeout_s = timeout_s or self.request_timeout_s
         try:
-            r = await self._client.get(self._config_url, timeout=timeout_s)
+            r = await self._client.get(self._config_url, headers=self._headers, timeout=timeout_s)
         except (httpx.ConnectTimeout, httpx.ReadTimeout, httpx.WriteTimeout) as exc:
             raise _ReadTimeout(
                 f"Triton at {self.http_url} did not answer a config read within {timeout_s:g} s "
@@ -517,6 +531,7 @@ class TritonReloadActuator:
                 f"Triton at {self.http_url} did not answer ({type(exc).__name__}: {exc}); is it running?"
             ) from exc
         if r.status_code != 200:
+            self._check_refusal(r, f"the config read of {self.model!r}")
             raise _Unavailable(
                 f"Triton answered {r.status_code} for the config of {self.model!r}: "
                 f"{_error_text(r)}; is the model loaded?"
@@ -537,7 +552,7 @@ class TritonReloadActuator:
         start = self.clock()
         timeout_s = timeout_s or self.load_timeout_s
         try:
-            r = await self._client.post(self._load_url, json=body, timeout=timeout_s)
+            r = await self._client.post(self._load_url, json=body, headers=self._headers, timeout=timeout_s)
         except httpx.ConnectTimeout as exc:
             raise _Unreachable(f"Triton at {self.http_url} did not accept a connection: {exc}") from exc
         except httpx.TimeoutException as exc:
@@ -550,8 +565,15 @@ class TritonReloadActuator:
                 f"Triton at {self.http_url} did not answer the load ({type(exc).__name__}: {exc})"
             ) from exc
         if r.status_code != 200:
+            self._check_refusal(r, f"the load of {self.model!r}")
             raise _Refused(f"Triton refused the load: {_error_text(r)}")
         return self.clock() - start
+
+    def _check_refusal(self, r: httpx.Response, what: str) -> None:
+        """Raise :class:`_Forbidden` if ``r`` is the restricted API's refusal."""
+        message = refusal(what, _error_text(r), self.restricted_api) if r.status_code == 403 else None
+        if message is not None:
+            raise _Forbidden(message)
 
     async def _load_grpc(self, config: Mapping[str, Any], *, timeout_s: float) -> float:
         import tritonclient.grpc.aio as grpcclient
@@ -561,9 +583,16 @@ class TritonReloadActuator:
             self._grpc = grpcclient.InferenceServerClient(self.grpc_url)
         start = self.clock()
         try:
-            await self._grpc.load_model(self.model, config=json.dumps(config), client_timeout=timeout_s)
+            headers = self.restricted_api.grpc_headers if self.restricted_api else None
+            await self._grpc.load_model(self.model, config=json.dumps(config), client_timeout=timeout_s,
+                                        headers=headers)
         except InferenceServerException as exc:
             status = str(exc.status() or "")
+            # Triton answers a restricted protocol with UNAVAILABLE: tell it from a dead server.
+            refused = refusal(f"the load of {self.model!r} (gRPC)", str(exc.message() or ""),
+                              self.restricted_api)
+            if refused is not None:
+                raise _Forbidden(refused) from exc
             if "DEADLINE_EXCEEDED" in status:
                 raise _LoadTimeout(
                     f"the load of {self.model!r} took longer than {timeout_s:g} s "

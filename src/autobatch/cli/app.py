@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import typer
 from rich.console import Console
 
-from autobatch.errors import AutobatchError
+from autobatch.errors import AutobatchError, ConfigError
 
 try:  # typer vendors click from 0.2x on; earlier, it raised click's own exceptions
     from typer._click import exceptions as click_errors
@@ -112,3 +113,17 @@ def print_json(data: Any) -> None:
 
 def warn(message: str) -> None:
     err.print(f"autobatch: warning: {message}", markup=False, highlight=False, soft_wrap=True)
+
+
+def restricted_api(header: str | None, key_file: Path | None) -> Any:
+    """``--restricted-api-header`` and ``--restricted-api-key-file`` as a
+    :class:`~autobatch.access.RestrictedApi` (both or neither); errors name the flags."""
+    from autobatch.access import RestrictedApi
+
+    if header is None and key_file is None:
+        return None
+    if header is None or key_file is None:
+        given, missing = (("--restricted-api-header", "--restricted-api-key-file") if key_file is None
+                          else ("--restricted-api-key-file", "--restricted-api-header"))
+        raise ConfigError(f"{given} needs {missing} too: Triton's restricted APIs take a header and its key")
+    return RestrictedApi.from_file(header, key_file, setting="--restricted-api")

@@ -11,7 +11,8 @@ from typing import Annotated, Any
 
 import typer
 
-from autobatch.cli.app import app, err, out, print_json, warn
+from autobatch.cli.app import app, err, out, print_json, restricted_api, warn
+from autobatch.cli.options import RestrictedHeaderOption, RestrictedKeyFileOption
 from autobatch.errors import AutobatchError, ConfigError, ServeError
 
 SERVE_FLAGS = {"repository": "--repository", "host": "--host", "http_port": "--http-port",
@@ -126,6 +127,8 @@ def measure(
     ),
     rate: Annotated[float, typer.Option(help="Poisson load for --overheads-for, requests/s.")] = 50.0,
     duration: Annotated[float, typer.Option(help="Seconds of load for --overheads-for.")] = 5.0,
+    restricted_api_header: RestrictedHeaderOption = None,
+    restricted_api_key_file: RestrictedKeyFileOption = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the curve as JSON.")] = False,
 ) -> None:
     """Measure a model's batch curve through Triton's own per-batch-size timers.
@@ -149,6 +152,7 @@ def measure(
     from autobatch.lab.measure import live_curve, measure_curve, write_curve
     from autobatch.lab.paths import check_output
 
+    access = restricted_api(restricted_api_header, restricted_api_key_file)
     if out_file is not None:
         check_output(out_file, "out")  # now, not after the measuring
     if live_s is not None and not (live_s > 0 and math.isfinite(live_s)):
@@ -156,7 +160,7 @@ def measure(
     if overheads_for is not None:
         with err.status(f"sending {rate:g} rps to {model} for {duration:g} s ..."):
             found = measure_overheads(grpc_url, url, model, load_curve(overheads_for),
-                                      rate_rps=rate, duration_s=duration)
+                                      rate_rps=rate, duration_s=duration, restricted_api=access)
         if json_output:
             print_json(found.to_dict())
         else:
@@ -169,7 +173,7 @@ def measure(
         return
     if live_s is not None:
         with err.status(f"reading batch_stats of {model} for {live_s:g} s ..."):
-            curve = live_curve(url, model, live_s)
+            curve = live_curve(url, model, live_s, restricted_api=access)
         if curve is None:
             raise AutobatchError(
                 f"model {model!r} executed no batch size at least 3 times in {live_s:g} s: "
@@ -180,7 +184,7 @@ def measure(
         sizes = int_list("--batch-sizes", batch_sizes)
         with MeasureProgress(err, model, sizes, runs_per_size=warmup + repeats) as progress:
             measured = measure_curve(url, model, sizes, warmup=warmup, repeats=repeats,
-                                     on_step=progress.step)
+                                     on_step=progress.step, restricted_api=access)
         curve = measured.curve
         spreads = {b: measured.spread(b) for b in sizes}
     if out_file is not None:

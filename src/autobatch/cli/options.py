@@ -14,3 +14,11 @@ TraceModelOption = Annotated[
     str | None, typer.Option(help="The model to replay from a Triton trace of several.")
 ]
 SessionPolicyOption = Annotated[str, typer.Option(help="oldest-first, batch-waiting or round-robin.")]
+RestrictedHeaderOption = Annotated[
+    str | None,
+    typer.Option(help="Triton's restricted-API header (--http-restricted-api=...:HEADER=KEY), "
+                      "sent with the stats and config reads."),
+]
+RestrictedKeyFileOption = Annotated[
+    Path | None, typer.Option(help="A file holding that header's key (never shown).")
+]

@@ -13,8 +13,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from autobatch.cli.app import app, err, out, print_json, warn
-from autobatch.cli.options import SessionPolicyOption, TraceModelOption
+from autobatch.cli.app import app, err, out, print_json, restricted_api, warn
+from autobatch.cli.options import (
+    RestrictedHeaderOption,
+    RestrictedKeyFileOption,
+    SessionPolicyOption,
+    TraceModelOption,
+)
 from autobatch.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -262,6 +267,8 @@ def watch(
         float | None, typer.Option(help="Mark windows whose data is older than this stale (s).")
     ] = None,
     rows: Annotated[int, typer.Option(help="Windows kept on screen in the table.")] = 20,
+    restricted_api_header: RestrictedHeaderOption = None,
+    restricted_api_key_file: RestrictedKeyFileOption = None,
     json_output: Annotated[
         bool, typer.Option("--json", help="One JSON window per line (the replay trace format).")
     ] = False,
@@ -295,6 +302,7 @@ def watch(
         selector=selector,
         range_s=range_s,
         max_age_s=max_age,
+        restricted_api=restricted_api(restricted_api_header, restricted_api_key_file),
     )
     try:
         if json_output:

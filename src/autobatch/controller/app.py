@@ -60,6 +60,7 @@ def build_actuator(config: SidecarConfig, *, dry_run: bool = False) -> Actuator:
             load_timeout_s=a.timeout_s,
             request_timeout_s=a.read_timeout_s,
             grpc_url=config.triton.grpc_url if a.load_api == "grpc" else None,
+            restricted_api=config.triton.restricted_api,
         )
     if a.kind == "gateway" and a.gateway is not None:
         from autobatch.actuators.gateway import build_gateway_actuator
@@ -99,7 +100,8 @@ def _build_fleet(config: SidecarConfig) -> Actuator:
         )
     return TritonFleetActuator(source, config.model, config.profiles, load_api=a.load_api,
                                load_timeout_s=a.timeout_s, ready_timeout_s=r.ready_timeout_s,
-                               request_timeout_s=a.read_timeout_s)
+                               request_timeout_s=a.read_timeout_s,
+                               restricted_api=config.triton.restricted_api)
 
 
 class Sidecar:

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from autobatch.access import RestrictedApi
 from autobatch.curve import BatchCurve
 from autobatch.errors import ConfigError, TritonError
 from autobatch.lab.measure import model_stats
@@ -141,9 +142,11 @@ def measure_overheads(
     duration_s: float = 4.0,
     seed: int = 0,
     client: httpx.Client | None = None,
+    restricted_api: RestrictedApi | None = None,
 ) -> Overheads:
     """Run Poisson load at ``rate_rps`` for ``duration_s`` (``autobatch load``) and
-    compare what Triton's timers and the client saw with ``curve``.
+    compare what Triton's timers and the client saw with ``curve``. ``restricted_api``:
+    the key of Triton's restricted APIs, for the ``/stats`` reads.
 
     ``curve`` is what the model is meant to take per batch (for the emulated
     accelerator, the curve it was loaded with). Keep other traffic off the
@@ -159,9 +162,9 @@ def measure_overheads(
     own = client is None
     hc = client or httpx.Client(base_url=url, timeout=30.0)
     try:
-        before = model_stats(hc, model)
+        before = model_stats(hc, model, restricted_api)
         report = run_load(grpc_url, model, Schedule.constant(rate_rps, duration_s), seed=seed)
-        after = model_stats(hc, model)
+        after = model_stats(hc, model, restricted_api)
     finally:
         if own:
             hc.close()

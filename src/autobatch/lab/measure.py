@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from autobatch.access import RestrictedApi, http_headers, refusal
 from autobatch.curve import BatchCurve
 from autobatch.errors import ConfigError, ServeError, TritonError
 from autobatch.lab.process import poll_until
@@ -66,18 +67,23 @@ class CurveMeasurement:
         return (max(s) - min(s)) / statistics.median(s)
 
 
-def _get_json(client: httpx.Client, path: str, what: str) -> Any:
+def _get_json(client: httpx.Client, path: str, what: str, restricted_api: RestrictedApi | None = None) -> Any:
+    """GET one of Triton's JSON endpoints, with the restricted-API key when there is one."""
     try:
-        r = client.get(path)
+        r = client.get(path, headers=http_headers(restricted_api))
     except httpx.HTTPError as exc:
         raise TritonError(f"cannot reach Triton at {client.base_url}: {exc}") from exc
     if r.status_code != 200:
-        raise TritonError(f"{what} on {client.base_url}: {_error_text(r)}")
+        text = _error_text(r)
+        refused = refusal(f"the read of {what}", text, restricted_api) if r.status_code == 403 else None
+        raise TritonError(refused or f"{what} on {client.base_url}: {text}")
     return r.json()
 
 
-def model_config(client: httpx.Client, model: str) -> dict[str, Any]:
-    return _get_json(client, f"/v2/models/{model}/config", f"model {model!r}")
+def model_config(
+    client: httpx.Client, model: str, restricted_api: RestrictedApi | None = None
+) -> dict[str, Any]:
+    return _get_json(client, f"/v2/models/{model}/config", f"model {model!r}", restricted_api)
 
 
 def synth_inputs(config: dict[str, Any], batch_size: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -104,9 +110,11 @@ def _error_text(r: httpx.Response) -> str:
         return r.text.strip() or f"HTTP {r.status_code}"
 
 
-def _batch_counts(client: httpx.Client, model: str) -> dict[int, tuple[int, int]]:
+def _batch_counts(
+    client: httpx.Client, model: str, restricted_api: RestrictedApi | None = None
+) -> dict[int, tuple[int, int]]:
     rows = {}
-    for row in model_stats(client, model).get("batch_stats") or []:
+    for row in model_stats(client, model, restricted_api).get("batch_stats") or []:
         infer = row["compute_infer"]
         rows[int(row["batch_size"])] = (int(infer["count"]), int(infer["ns"]))
     return rows
@@ -123,11 +131,13 @@ def measure_curve(
     timeout_s: float = 60.0,
     client: httpx.Client | None = None,
     on_step: Callable[[int, int], None] | None = None,
+    restricted_api: RestrictedApi | None = None,
 ) -> CurveMeasurement:
     """Measure ``batch_sizes`` on ``model``; ``on_step(batch_size, done)`` after each run.
 
     Keep other traffic off the model while measuring: a batch that merges with
     another client's requests would be counted under a different size.
+    ``restricted_api``: the key of Triton's restricted APIs, for the config and stats reads.
     """
     import tritonclient.http as th
 
@@ -139,7 +149,7 @@ def measure_curve(
     own = client is None
     hc = client or httpx.Client(base_url=url, timeout=timeout_s)
     try:
-        config = model_config(hc, model)
+        config = model_config(hc, model, restricted_api)
         mbs = int(config.get("max_batch_size", 0))
         if mbs < 1:
             raise ConfigError(f"model {model!r} has max_batch_size 0: it does not batch")
@@ -158,12 +168,12 @@ def measure_curve(
                 inputs.append(tensor)
             runs: list[float] = []
             for i in range(warmup + repeats):
-                before = _batch_counts(hc, model).get(b, (0, 0))
+                before = _batch_counts(hc, model, restricted_api).get(b, (0, 0))
                 try:
                     infer.infer(model, inputs)
                 except Exception as exc:  # tritonclient raises its own exception types
                     raise TritonError(f"inference on {model!r} at batch {b} failed: {exc}") from exc
-                after = _wait_for_execution(hc, model, b, before[0])
+                after = _wait_for_execution(hc, model, b, before[0], restricted_api=restricted_api)
                 dc, dns = after[0] - before[0], after[1] - before[1]
                 if i >= warmup:
                     runs.append(dns / dc / 1e6)
@@ -185,12 +195,13 @@ def measure_curve(
 
 
 def _wait_for_execution(
-    client: httpx.Client, model: str, batch_size: int, count_before: int, timeout_s: float = 10.0
+    client: httpx.Client, model: str, batch_size: int, count_before: int, timeout_s: float = 10.0,
+    *, restricted_api: RestrictedApi | None = None,
 ) -> tuple[int, int]:
     """Stats are updated as the response completes; poll until this run shows up."""
 
     def recorded() -> tuple[int, int] | None:
-        row = _batch_counts(client, model).get(batch_size, (0, 0))
+        row = _batch_counts(client, model, restricted_api).get(batch_size, (0, 0))
         return row if row[0] > count_before else None
 
     try:
@@ -230,9 +241,12 @@ def write_curve(curve: BatchCurve, path: str | Path) -> Path:
 # -- the curve of live traffic --------------------------------------------------------------
 
 
-def model_stats(client: httpx.Client, model: str) -> dict[str, Any]:
+def model_stats(
+    client: httpx.Client, model: str, restricted_api: RestrictedApi | None = None
+) -> dict[str, Any]:
     """One model's entry of ``GET /v2/models/M/stats`` (all versions' first entry)."""
-    entries = _get_json(client, f"/v2/models/{model}/stats", f"stats of {model!r}").get("model_stats") or []
+    path = f"/v2/models/{model}/stats"
+    entries = _get_json(client, path, f"stats of {model!r}", restricted_api).get("model_stats") or []
     if not entries:
         raise TritonError(f"stats of {model!r} on {client.base_url}: no model_stats in the answer")
     return dict(entries[0])
@@ -246,6 +260,7 @@ def live_curve(
     min_count: int = 3,
     client: httpx.Client | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    restricted_api: RestrictedApi | None = None,
 ) -> BatchCurve | None:
     """The batch curve live traffic shows over ``window_s``: ``batch_stats`` sampled
     twice, differenced; sizes executed fewer than ``min_count`` times are left out.
@@ -256,9 +271,9 @@ def live_curve(
     own = client is None
     hc = client or httpx.Client(base_url=url, timeout=30.0)
     try:
-        before = model_stats(hc, model).get("batch_stats")
+        before = model_stats(hc, model, restricted_api).get("batch_stats")
         sleep(window_s)
-        after = model_stats(hc, model).get("batch_stats")
+        after = model_stats(hc, model, restricted_api).get("batch_stats")
     finally:
         if own:
             hc.close()

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from autobatch.access import RestrictedApi
 from autobatch.errors import ConfigError
 from autobatch.signals.http import DEFAULT_MAX_BYTES
 from autobatch.signals.loop import SignalSource
@@ -75,6 +76,9 @@ class SignalSettings:
     instances_per_replica: int | None = None
     """Prometheus: the model's execution instances on each replica, for the busy share
     (Prometheus does not carry the model config). The direct source reads it from Triton."""
+    restricted_api: RestrictedApi | None = None
+    """The direct source: the key of Triton's restricted APIs (``triton.restricted_api``),
+    sent with its ``/stats`` and ``/config`` reads. None: no key is sent."""
 
 
 @dataclass(frozen=True)
@@ -135,6 +139,7 @@ def _raw_source(settings: SignalSettings, target: ReadTarget, clock: Callable[[]
         timeout_s=settings.timeout_s,
         max_age_s=settings.max_age_s,
         max_bytes=settings.max_bytes,
+        restricted_api=settings.restricted_api,
     )
 
 
@@ -182,8 +187,10 @@ def make_source(
     selector: str | None = None,
     range_s: float | None = None,
     max_age_s: float | None = None,
+    restricted_api: RestrictedApi | None = None,
 ) -> SignalSource:
-    """``autobatch watch``'s options as settings and a target; errors name the field and value."""
+    """``autobatch watch``'s options as settings and a target; errors name the field and value.
+    ``restricted_api``: the key of Triton's restricted APIs (the direct source only)."""
     if source not in SOURCES:
         raise ConfigError(f"source = {source!r}: must be one of {', '.join(SOURCES)}",
                           field="source", value=source)
@@ -202,11 +209,15 @@ def make_source(
             dcgm_url=normalize_url(utilization_url, "utilization_url") if utilization_url else None,
             timeout_s=2.0,
             max_age_s=max_age_s,
+            restricted_api=restricted_api,
         )
         target = ReadTarget(
             model, url, normalize_url(metrics_url, "metrics_url") if metrics_url else None
         )
         return build_source(settings, target)
+    if restricted_api is not None:
+        raise ConfigError(f"{restricted_api.setting}: only applies with source triton "
+                          "(Prometheus holds no restricted API of Triton's)", field=restricted_api.setting)
     for name, value in (("metrics_url", metrics_url), ("utilization_url", utilization_url)):
         if value is not None:
             raise ConfigError(f"{name} = {value!r}: only applies with source triton "

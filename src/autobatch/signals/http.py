@@ -60,11 +60,13 @@ async def get_bounded(
     max_bytes: int,
     what: str,
     params: Mapping[str, str] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> Body:
-    """GET ``url``, all of it within ``timeout_s`` and at most ``max_bytes`` of body."""
+    """GET ``url``, all of it within ``timeout_s`` and at most ``max_bytes`` of body.
+    ``headers``: Triton's restricted-API key, for the endpoints that need it."""
     try:
         async with asyncio.timeout(timeout_s):
-            async with client.stream("GET", url, params=params, timeout=timeout_s) as r:
+            async with client.stream("GET", url, params=params, headers=headers, timeout=timeout_s) as r:
                 declared = r.headers.get("content-length", "")
                 if declared.isdigit() and int(declared) > max_bytes:
                     raise _too_large(what, url, max_bytes, f"it announces {int(declared)} bytes")

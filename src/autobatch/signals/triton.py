@@ -36,6 +36,7 @@ from typing import Any
 
 import httpx
 
+from autobatch.access import RestrictedApi, http_headers, refusal
 from autobatch.config import URL_RULE, http_url
 from autobatch.errors import ConfigError, ScrapeError
 from autobatch.signals.http import DEFAULT_MAX_BYTES, Body, get_bounded
@@ -276,13 +277,20 @@ def _default_metrics_url(http_url: str) -> str:
 
 
 async def fetch(
-    client: httpx.AsyncClient, url: str, timeout_s: float, what: str, *, max_bytes: int = DEFAULT_MAX_BYTES
+    client: httpx.AsyncClient, url: str, timeout_s: float, what: str, *, max_bytes: int = DEFAULT_MAX_BYTES,
+    restricted_api: RestrictedApi | None = None,
 ) -> Body:
     """GET ``url`` within ``timeout_s`` and ``max_bytes`` (:func:`get_bounded`); every
-    failure to get a 200 becomes a :class:`ScrapeError` naming it."""
-    r = await get_bounded(client, url, timeout_s=timeout_s, max_bytes=max_bytes, what=what)
+    failure to get a 200 becomes a :class:`ScrapeError` naming it. ``restricted_api``:
+    the key Triton's restricted APIs (statistics, model-config) expect, sent as a header;
+    a refusal for want of it names the setting (reason ``forbidden``)."""
+    r = await get_bounded(client, url, timeout_s=timeout_s, max_bytes=max_bytes, what=what,
+                          headers=http_headers(restricted_api))
     if r.status != 200:
         text = r.excerpt()
+        refused = refusal(f"the read of {url}", text, restricted_api) if r.status == 403 else None
+        if refused is not None:
+            raise ScrapeError(refused, reason="forbidden", url=url)
         reason = "missing_series" if r.status in (400, 404) and "model" in text else "unreachable"
         raise ScrapeError(f"{what} at {url} answered HTTP {r.status}: {text}", reason=reason, url=url)
     return r
@@ -311,6 +319,9 @@ class TritonSource:
         max_age_s: a window whose newest data is older than this when built is
             stale (``too_old``); None turns the check off.
         max_bytes: the most a single response may send (``too_large`` past it).
+        restricted_api: the header and key of Triton's restricted APIs, sent with the
+            ``/stats`` and ``/config`` reads (never to ``/metrics`` or dcgm-exporter,
+            which do not check it); None sends no key.
     """
 
     def __init__(
@@ -327,6 +338,7 @@ class TritonSource:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         max_age_s: float | None = None,
         max_bytes: int = DEFAULT_MAX_BYTES,
+        restricted_api: RestrictedApi | None = None,
     ) -> None:
         if not isinstance(model, str) or not model:
             raise ConfigError(f"model = {model!r}: must be a model name", field="model", value=model)
@@ -351,6 +363,7 @@ class TritonSource:
         self.timeout_s = float(timeout_s)
         self.max_age_s = max_age_s
         self.max_bytes = int(max_bytes)
+        self.restricted_api = restricted_api
         self._client = client
         self._owns_client = client is None
         self._previous: TritonSample | None = None
@@ -377,7 +390,7 @@ class TritonSource:
         t0 = self.clock()
         jobs: list[Any] = [self._fetch(client, self.metrics_url, "Triton metrics")]
         if self.batch_stats:
-            jobs.append(self._fetch(client, self.stats_url, "Triton model statistics"))
+            jobs.append(self._fetch(client, self.stats_url, "Triton model statistics", restricted=True))
             jobs.append(self._instance_count(client))
         if self.utilization_url:
             jobs.append(self._fetch(client, self.utilization_url, "dcgm-exporter"))
@@ -388,8 +401,12 @@ class TritonSource:
         return TritonSample(taken_s=(t0 + t1) / 2, metrics=metrics, stats=stats,
                             utilization=utilization, instance_count=instances)
 
-    async def _fetch(self, client: httpx.AsyncClient, url: str, what: str) -> Body:
-        return await fetch(client, url, self.timeout_s, what, max_bytes=self.max_bytes)
+    async def _fetch(
+        self, client: httpx.AsyncClient, url: str, what: str, *, restricted: bool = False
+    ) -> Body:
+        """``restricted``: one of Triton's own API endpoints, which may need the key."""
+        return await fetch(client, url, self.timeout_s, what, max_bytes=self.max_bytes,
+                           restricted_api=self.restricted_api if restricted else None)
 
     def _parse(self, responses: list[Any]) -> tuple[MetricsSample, StatsSample | None, float | None]:
         metrics = parse_metrics(
@@ -422,9 +439,13 @@ class TritonSource:
         change is applied in place and resets no counter, so nothing else would show it.
         A config that cannot be read leaves the busy share unknown; the window stays good."""
         try:
-            r = await self._fetch(client, self.config_url, "Triton model config")
+            r = await self._fetch(client, self.config_url, "Triton model config", restricted=True)
             return parse_instance_count(json.loads(r.content))
-        except (ScrapeError, ValueError, RecursionError):
+        except ScrapeError as exc:
+            if exc.reason == "forbidden":
+                raise  # a missing key is a setting to fix, not an unknown share
+            return None
+        except (ValueError, RecursionError):
             return None
 
     async def poll(self) -> Window | None:

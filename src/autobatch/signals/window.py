@@ -65,6 +65,9 @@ class StaleReason(str, Enum):
     """An endpoint answered with text that is not valid exposition format or JSON."""
     TOO_LARGE = "too_large"
     """An endpoint sent more than ``signals.max_scrape_bytes``: it is broken or hostile."""
+    FORBIDDEN = "forbidden"
+    """Triton refused a restricted API (statistics, model-config) without its key
+    (``triton.restricted_api``, :mod:`autobatch.access`)."""
 
 
 @dataclass(frozen=True)

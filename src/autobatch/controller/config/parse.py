@@ -31,10 +31,11 @@ import ipaddress
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from autobatch.access import RestrictedApi
 from autobatch.actuators.gateway.settings import parse_gateway_options
 from autobatch.config import MISSING, Section, load_yaml
 from autobatch.controller.config.settings import (
@@ -76,11 +77,12 @@ def sidecar_config_from_mapping(data: Any, source: str, base: Path) -> SidecarCo
     """Read each settings group with its own parser, in the file's documented order."""
     top = Section(source, data)
     model = top.str("model")
-    triton = _parse_triton(top.section("triton", {}))
+    triton = _parse_triton(top.section("triton", {}), base)
     profiles = _parse_profiles(top.section("profiles"), base, model)
     slo = _parse_slo(top.section("slo"))
     policy, loop = _parse_policy(top.section("policy", {}), base, profiles, slo)
-    signals = _parse_signals(top.section("signals", {}), loop, policy)
+    signals = replace(_parse_signals(top.section("signals", {}), loop, policy),
+                      restricted_api=triton.restricted_api)
     actuator = _parse_actuator(
         top.section("actuator", {}), base, model=model, triton=triton, profiles=profiles, slo=slo
     )
@@ -140,14 +142,35 @@ class _Loop:
     history_windows: int
 
 
-def _parse_triton(sec: Section) -> TritonEndpoints:
+def _parse_triton(sec: Section, base: Path) -> TritonEndpoints:
     triton = TritonEndpoints(
         http_url=sec.url("http_url", "http://127.0.0.1:8000"),
         metrics_url=sec.url("metrics_url", "http://127.0.0.1:8002/metrics"),
         grpc_url=_host_port(sec, "grpc_url", "127.0.0.1:8001", "127.0.0.1:8001"),
+        restricted_api=_parse_restricted_api(sec, base),
     )
     sec.done()
     return triton
+
+
+def _parse_restricted_api(triton: Section, base: Path) -> RestrictedApi | None:
+    """``triton.restricted_api: {header, key_file}``: the key is read now, so a missing or
+    empty file stops the start with one line (that never quotes the key)."""
+    if not triton.has("restricted_api") or triton.raw("restricted_api") is None:
+        return None
+    sec = triton.section("restricted_api")
+    if "key" in sec.data:  # refused without echoing the value: it may be the key itself
+        field = sec.field_path("key")
+        raise sec.error(f"{sec.source}: {field}: the key is read from a file; name it with key_file and "
+                        "keep the key out of this config", source=sec.source, field=field)
+    header = sec.str("header")
+    key_file = _path(base, sec.str("key_file"))
+    sec.done()
+    assert key_file is not None
+    try:
+        return RestrictedApi.from_file(header, key_file, setting=sec.path)
+    except ConfigError as exc:
+        raise sec.error(f"{sec.source}: {exc}", source=sec.source, field=exc.field, value=exc.value) from exc
 
 
 def _host_port(sec: Section, key: str, default: Any, example: str) -> Any:

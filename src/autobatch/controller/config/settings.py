@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autobatch.access import RestrictedApi
 from autobatch.actuators.gateway.settings import GatewaySettings
 from autobatch.policy import PolicySettings
 from autobatch.profiles import Profile
@@ -90,6 +91,11 @@ class TritonEndpoints:
     """Triton's Prometheus endpoint (the metrics port)."""
     grpc_url: str = "127.0.0.1:8001"
     """Triton's gRPC endpoint (``host:port``): the reload actuator sends its loads here."""
+    restricted_api: RestrictedApi | None = None
+    """``restricted_api: {header, key_file}``: Triton was started with
+    ``--http-restricted-api``/``--grpc-restricted-protocol``; every request to its
+    model-repository, model-config and statistics APIs carries the header with the key
+    read from ``key_file`` (on every replica, in fleet mode). None: no key is sent."""
 
 
 @dataclass(frozen=True)
