@@ -15,6 +15,7 @@ import pytest
 
 from autobatch.errors import ConfigError, ScrapeError
 from autobatch.signals import PrometheusSource, TritonSource, make_source, windows
+from autobatch.signals.window import Window
 
 M = "m"
 
@@ -188,6 +189,44 @@ async def test_utilization_from_a_dcgm_exporter() -> None:
     fake.success, clock.t = 10, 1001.0
     w = await src.poll()
     assert w is not None and w.utilization == pytest.approx(0.4)
+
+
+@pytest.mark.parametrize(
+    ("dcgm", "reason", "words"),
+    [
+        (None, "unreachable", "dcgm-exporter"),  # the exporter is down: it answers 503
+        ("nv_other 1\n", "missing_series", "without DCGM_FI_DEV_GPU_UTIL"),
+        ("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 250\n", "missing_series", "outside 0-100"),
+        ("DCGM_FI_DEV_GPU_UTIL{gpu= 3\n", "malformed", "9400/metrics: not valid"),
+    ],
+)
+async def test_a_dcgm_exporter_that_fails_takes_the_utilization_out_not_the_window(
+    dcgm: str | None, reason: str, words: str
+) -> None:
+    """A device exporter that is down or broken: the utilisation is absent, with the reason,
+    never zero; the model's own signals in the same window stay good."""
+    fake, clock = FakeTriton(), FakeClock()
+    fake.dcgm = 'DCGM_FI_DEV_GPU_UTIL{gpu="0"} 30\n'
+    src = source(fake, clock, utilization_url="http://127.0.0.1:9400/metrics")
+    await src.poll()
+    fake.success, clock.t = 10, 1001.0
+    inner = fake.handler
+
+    def broken(request: httpx.Request) -> httpx.Response:
+        if request.url.port == 9400 and dcgm is None:
+            return httpx.Response(503, text="dcgm-exporter: no GPU")
+        if request.url.port == 9400:
+            return httpx.Response(200, text=dcgm)
+        return inner(request)
+
+    src._client = httpx.AsyncClient(transport=httpx.MockTransport(broken))
+    w = await src.poll()
+    assert w is not None and not w.stale and w.success_rps == pytest.approx(10.0)
+    assert w.utilization is None
+    assert w.utilization_detail is not None and w.utilization_detail.startswith(f"{reason}: ")
+    assert words in w.utilization_detail and "\n" not in w.utilization_detail
+    again = Window.from_dict(w.to_dict())
+    assert again.utilization_detail == w.utilization_detail
 
 
 async def test_without_batch_stats_only_metrics_is_read() -> None:

@@ -42,6 +42,7 @@ from autobatch.errors import ConfigError, ScrapeError
 from autobatch.signals.http import DEFAULT_MAX_BYTES, Body, get_bounded
 from autobatch.signals.parse import (
     COUNTERS,
+    DCGM_GPU_UTIL,
     MetricsSample,
     StatsSample,
     curve_from_batch_stats,
@@ -82,6 +83,8 @@ class TritonSample:
     """None when the source does not read ``/v2/models/M/stats``."""
     utilization: float | None = None
     """Accelerator utilisation 0..1 from wherever the source reads it, or None."""
+    utilization_detail: str | None = None
+    """Why the utilisation is None when a dcgm-exporter URL was given (``Window.utilization_detail``)."""
     instance_count: int | None = None
     """The model's execution instances from ``/v2/models/M/config``, or None."""
 
@@ -257,6 +260,7 @@ def _difference(before: TritonSample, after: TritonSample) -> Window:
         p99_ms=None if after.metrics.p99_us is None else after.metrics.p99_us / 1000.0,
         batch_curve_ms=curve,
         utilization=after.utilization,
+        utilization_detail=after.utilization_detail,
         device_ms_per_request=device_ms,
         busy_instances=busy,
         source="triton",
@@ -393,13 +397,14 @@ class TritonSource:
             jobs.append(self._fetch(client, self.stats_url, "Triton model statistics", restricted=True))
             jobs.append(self._instance_count(client))
         if self.utilization_url:
-            jobs.append(self._fetch(client, self.utilization_url, "dcgm-exporter"))
+            jobs.append(self._fetch_utilization(client, self.utilization_url))
         responses = await asyncio.gather(*jobs)
         t1 = self.clock()
-        metrics, stats, utilization = await asyncio.to_thread(self._parse, responses)
+        metrics, stats, (utilization, detail) = await asyncio.to_thread(self._parse, responses)
         instances = responses[2] if self.batch_stats else None
         return TritonSample(taken_s=(t0 + t1) / 2, metrics=metrics, stats=stats,
-                            utilization=utilization, instance_count=instances)
+                            utilization=utilization, utilization_detail=detail,
+                            instance_count=instances)
 
     async def _fetch(
         self, client: httpx.AsyncClient, url: str, what: str, *, restricted: bool = False
@@ -408,7 +413,30 @@ class TritonSource:
         return await fetch(client, url, self.timeout_s, what, max_bytes=self.max_bytes,
                            restricted_api=self.restricted_api if restricted else None)
 
-    def _parse(self, responses: list[Any]) -> tuple[MetricsSample, StatsSample | None, float | None]:
+    async def _fetch_utilization(self, client: httpx.AsyncClient, url: str) -> Body | ScrapeError:
+        """dcgm-exporter's /metrics, or the error reading it: a device exporter that is down
+        takes the utilisation out of the window (with the reason), not the whole window."""
+        try:
+            return await self._fetch(client, url, "dcgm-exporter")
+        except ScrapeError as exc:
+            return exc
+
+    def _utilization(self, response: Body | ScrapeError) -> tuple[float | None, str | None]:
+        if isinstance(response, ScrapeError):
+            return None, f"{response.reason}: {response}"
+        url = self.utilization_url
+        try:
+            value = parse_utilization(response.text("dcgm-exporter"), source=url or "dcgm-exporter")
+        except ScrapeError as exc:
+            return None, f"{exc.reason}: {exc}"
+        if value is None:
+            return None, (f"{StaleReason.MISSING_SERIES.value}: {url} answered without "
+                          f"{DCGM_GPU_UTIL} (or with a value outside 0-100)")
+        return value, None
+
+    def _parse(
+        self, responses: list[Any]
+    ) -> tuple[MetricsSample, StatsSample | None, tuple[float | None, str | None]]:
         metrics = parse_metrics(
             responses[0].text("Triton metrics"), self.model, version=self.version, source=self.metrics_url
         )
@@ -420,11 +448,9 @@ class TritonSource:
                 raise ScrapeError(f"{self.stats_url}: the body is not JSON", reason="malformed",
                                   url=self.stats_url) from exc
             stats = parse_stats(data, self.model, version=self.version, source=self.stats_url)
-        utilization = metrics.utilization
+        utilization: tuple[float | None, str | None] = (metrics.utilization, None)
         if self.utilization_url:
-            utilization = parse_utilization(
-                responses[-1].text("dcgm-exporter"), source=self.utilization_url
-            )
+            utilization = self._utilization(responses[-1])
         return metrics, stats, utilization
 
     @property

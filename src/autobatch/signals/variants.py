@@ -126,6 +126,8 @@ def combine_windows(windows: Mapping[str, Window], model: str) -> Window:
         p99_ms=worst("p99_ms"),
         batch_curve_ms={b: sum(v) / len(v) for b, v in sorted(curve.items())},
         utilization=sum(utils) / len(utils) if utils else None,
+        utilization_detail=None if utils else next(
+            (w.utilization_detail for _, w in items if w.utilization_detail), None),
         device_ms_per_request=weighted("device_ms_per_request", "inference_rps"),
         busy_instances=busy,
         source="gateway",

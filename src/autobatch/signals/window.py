@@ -111,6 +111,11 @@ class Window:
     """Compute ms per batch size, from the executions in this window (batch_stats delta)."""
     utilization: float | None = None
     """Accelerator utilisation 0..1, or None when no such signal exists."""
+    utilization_detail: str | None = None
+    """Why ``utilization`` is None although a source for it was given (dcgm-exporter did not
+    answer, or answered without DCGM_FI_DEV_GPU_UTIL): ``REASON: sentence``, REASON a
+    :class:`StaleReason` value. The rest of the window stays good: the model's own signals
+    do not depend on the device's exporter."""
 
     device_ms_per_request: float | None = None
     """Device time per inference: the compute time of the window's executions over the
