@@ -19,6 +19,7 @@ ever catch ``AutobatchError`` subclasses::
      |    +-- DeadlineExceededError  a request's timeout passed (also a TimeoutError)
      |    +-- InvalidRequestError    refused before batching: malformed (also a ValueError)
      +-- LoadError            the load generator could not run
+     +-- DeviceError          the emulated device could not be reached, or failed a job
 
 Every message is a sentence that says what is wrong and, where it can, what to
 do about it. ``ConfigError`` messages name the file, the field path, the value
@@ -35,6 +36,7 @@ __all__ = [
     "BatcherError",
     "ConfigError",
     "DeadlineExceededError",
+    "DeviceError",
     "InvalidRequestError",
     "LoadError",
     "ProfileError",
@@ -165,3 +167,16 @@ class InvalidRequestError(BatcherError, ValueError):
 
 class LoadError(AutobatchError):
     """The load generator could not run."""
+
+
+class DeviceError(AutobatchError):
+    """The emulated device (``autobatch device``) could not be reached, closed the
+    connection, did not answer in time, or refused a job.
+
+    ``timed_out`` is True when it did not answer within the client's timeout (a stopped or
+    hung device, as against one that refused or closed the connection).
+    """
+
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out

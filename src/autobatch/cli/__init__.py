@@ -5,10 +5,11 @@
 * :mod:`.traffic`: ``load``, ``watch``;
 * :mod:`.lab`: ``serve``, ``measure``, ``demo``;
 * :mod:`.options`: the options several commands share;
+* :mod:`.device`: ``device``, ``cotenants run``;
 * :mod:`.views`: every table, live view and plot they print.
 """
 
-from autobatch.cli import lab, planner, sidecar, traffic  # noqa: F401 - registers the commands
+from autobatch.cli import device, lab, planner, sidecar, traffic  # noqa: F401 - registers the commands
 from autobatch.cli.app import app, main
 
 __all__ = ["app", "main"]

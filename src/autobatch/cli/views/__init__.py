@@ -4,13 +4,14 @@ Library functions return values (a :class:`~autobatch.plan.planner.Plan`, a
 :class:`~autobatch.load.LoadReport`, a :class:`~autobatch.signals.Window`, a
 :class:`~autobatch.lab.closed_loop.ClosedLoopResult`, ...); the modules here
 turn them into rich renderables, one module per command group as in ``cli/``
-(:mod:`.planner`, :mod:`.traffic`, :mod:`.lab`, :mod:`.sidecar`), or draw them
+(:mod:`.planner`, :mod:`.traffic`, :mod:`.lab`, :mod:`.sidecar`, :mod:`.device`), or draw them
 with matplotlib (:mod:`.plots`, imported only when a plot is asked for). Every
 public view is importable from here.
 """
 
 from __future__ import annotations
 
+from autobatch.cli.views.device import cotenants_table
 from autobatch.cli.views.lab import (
     DemoView,
     MeasureProgress,
@@ -35,6 +36,7 @@ __all__ = [
     "DemoView",
     "LiveStatus",
     "MeasureProgress",
+    "cotenants_table",
     "demo_live_view",
     "demo_table",
     "demo_verdict_lines",

@@ -1,0 +1,207 @@
+"""A client context of the emulated device: one connection, jobs submitted and awaited.
+
+>>> with DeviceClient("127.0.0.1:9410", "my-model") as dev:   # doctest: +SKIP
+...     done = dev.run(12.96, items=1)   # blocks until the device has run it
+...     done.device_ms
+
+Every wait is bounded: connecting by ``connect_timeout_s``, each job by
+``timeout_s``. A device that is gone, closes the connection or does not answer
+in time raises :class:`~autobatch.errors.DeviceError` naming the address and
+the context, and the connection is dropped (a late answer would pair with the
+wrong job); the next call connects again, so a restarted device is picked up.
+
+One thread may submit while another waits (an open-loop client); a single
+thread calls :meth:`run`. Imports nothing heavy: the Python-backend stub of
+the emulated model loads it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from autobatch.device import protocol
+from autobatch.device.protocol import Address, Done, check_context, parse_address
+from autobatch.errors import DeviceError
+
+__all__ = ["DeviceClient", "DeviceInfo", "check_device"]
+
+CONNECT_TIMEOUT_S = 2.0
+"""Long enough for a device on a loaded machine to accept; short enough that a model load
+pointed at a dead address fails at once."""
+JOB_TIMEOUT_S = 30.0
+"""The longest a job may take from submission to its answer. A batch of tens of ms stretched
+by a few co-tenants takes well under a second; only a stopped or hung device takes this."""
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What the device said when the context connected."""
+
+    name: str
+    policy: str
+
+
+class DeviceClient:
+    """One context of an emulated device (see the module docstring)."""
+
+    def __init__(
+        self,
+        address: str | Address,
+        context: str,
+        *,
+        connect_timeout_s: float = CONNECT_TIMEOUT_S,
+        timeout_s: float = JOB_TIMEOUT_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.address = address if isinstance(address, Address) else parse_address(address)
+        self.context = check_context(context)
+        self.connect_timeout_s = float(connect_timeout_s)
+        self.timeout_s = float(timeout_s)
+        self.clock = clock
+        self.info: DeviceInfo | None = None
+        self._sock: socket.socket | None = None
+        self._buf = b""
+        self._next_job = 1
+        self._send_lock = threading.Lock()
+
+    # -- connection --------------------------------------------------------------------
+    def _where(self) -> str:
+        return f"the device at {self.address} (context {self.context})"
+
+    def connect(self) -> DeviceInfo:
+        """Connect and introduce the context (again, after a failure); returns what the
+        device said. Raises :class:`DeviceError` if nobody answers."""
+        self.close()
+        try:
+            sock = socket.create_connection((self.address.host, self.address.port),
+                                            timeout=self.connect_timeout_s)
+        except OSError as exc:
+            raise DeviceError(f"cannot connect to {self._where()}: {exc.strerror or exc}; "
+                              "is `autobatch device` running there?") from exc
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock, self._buf = sock, b""
+        try:
+            sock.sendall(protocol.hello(self.context))
+            line = self._read_line(self.connect_timeout_s)
+            kind, _, rest = protocol.parse_reply(line)
+        except (OSError, ValueError) as exc:
+            self.close()
+            raise DeviceError(f"{self._where()} did not greet back: {exc}") from exc
+        except DeviceError:
+            self.close()
+            raise
+        if kind != "READY":
+            self.close()
+            raise DeviceError(f"{self._where()} refused the connection: {rest}")
+        name, _, policy = rest.partition(" ")
+        self.info = DeviceInfo(name, policy)
+        return self.info
+
+    @property
+    def connected(self) -> bool:
+        return self._sock is not None
+
+    def close(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def __enter__(self) -> DeviceClient:
+        self.connect()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- jobs --------------------------------------------------------------------------
+    def submit(self, work_ms: float, items: int = 1) -> int:
+        """Send a job of ``work_ms`` (ms of the device alone) for a batch of ``items``; returns
+        its id. Its answer comes, in submission order, from :meth:`wait`."""
+        if self._sock is None:
+            self.connect()
+        assert self._sock is not None
+        job = self._next_job
+        self._next_job += 1
+        try:
+            with self._send_lock:
+                self._sock.sendall(protocol.run(job, float(work_ms), int(items)))
+        except OSError as exc:
+            self.close()
+            raise DeviceError(f"{self._where()} closed the connection: {exc.strerror or exc}") from exc
+        return job
+
+    def wait(self, timeout_s: float | None = None) -> Done:
+        """The next job's answer, in submission order, within ``timeout_s`` (default: the
+        client's). A job the device refused raises :class:`DeviceError` with its reason."""
+        if self._sock is None:
+            raise DeviceError(f"{self._where()}: not connected (a previous error dropped the "
+                              "connection; submit again)")
+        limit = self.timeout_s if timeout_s is None else timeout_s
+        try:
+            line = self._read_line(limit)
+            kind, job, rest = protocol.parse_reply(line)
+        except ValueError as exc:
+            self.close()
+            raise DeviceError(f"{self._where()}: {exc}") from exc
+        except DeviceError:
+            self.close()
+            raise
+        if kind == "DONE" and job is not None:
+            try:
+                return protocol.parse_done(job, rest)
+            except ValueError as exc:
+                self.close()
+                raise DeviceError(f"{self._where()}: {exc}") from exc
+        if kind == "FAIL":
+            raise DeviceError(f"{self._where()} refused job {job}: {rest}")
+        self.close()
+        raise DeviceError(f"{self._where()} ended the connection: {rest}")
+
+    def run(self, work_ms: float, items: int = 1) -> Done:
+        """Submit one job and wait for it: what a model instance does for each batch. A
+        connection that broke since the last job is made again first."""
+        self.submit(work_ms, items)
+        return self.wait()
+
+    def _read_line(self, limit_s: float) -> str:
+        assert self._sock is not None
+        sock = self._sock
+        deadline = self.clock() + limit_s
+        while b"\n" not in self._buf:
+            left = deadline - self.clock()
+            if left <= 0:
+                raise DeviceError(f"{self._where()} did not answer within "
+                                  f"{limit_s:g} s: it may be stopped or hung", timed_out=True)
+            sock.settimeout(left)
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError as exc:
+                raise DeviceError(f"{self._where()} dropped the connection: "
+                                  f"{exc.strerror or exc}") from exc
+            if not chunk:
+                raise DeviceError(f"{self._where()} closed the connection (did it stop?)")
+            self._buf += chunk
+            if len(self._buf) > protocol.MAX_LINE and b"\n" not in self._buf:
+                raise DeviceError(f"{self._where()} sent a line longer than {protocol.MAX_LINE} bytes")
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line.decode(errors="replace").strip()
+
+
+def check_device(address: str, *, timeout_s: float = CONNECT_TIMEOUT_S) -> DeviceInfo:
+    """Whether an emulated device answers at ``address``: its name and policy, or a
+    :class:`DeviceError` (a ConfigError for an address that is not HOST:PORT). Called before
+    anything points a server at it, so a dead address changes nothing."""
+    addr = parse_address(address)
+    client = DeviceClient(addr, "autobatch-check", connect_timeout_s=timeout_s, timeout_s=timeout_s)
+    try:
+        return client.connect()
+    finally:
+        client.close()
