@@ -55,10 +55,27 @@ def serve(
         Path | None,
         typer.Option(help="Batch curve file (curves/ format) for emulated_accelerator."),
     ] = None,
+    device: Annotated[
+        bool, typer.Option("--device", help="Start an emulated GPU (autobatch device) and run "
+                                            "emulated_accelerator's batches on it (needs --emulate-curve).")
+    ] = False,
+    device_config: Annotated[
+        Path | None, typer.Option(help="With --device: its YAML (sharing, ports) [timeslice, 2 ms; "
+                                       "127.0.0.1:9410, metrics :9411].")
+    ] = None,
+    device_address: Annotated[
+        str | None, typer.Option(help="Instead of --device: HOST:PORT of a device already running.")
+    ] = None,
 ) -> None:
     """Start the embedded Triton (from nvidia-pytriton) with every model loaded.
 
+    With --device (or --device-address) the emulated model's instances are clients of
+    one emulated GPU, which other models and co-tenant jobs can share (docs/shared-gpu.md);
+    its /metrics is what a sidecar reads as dcgm-exporter.
+
     Example: autobatch serve --emulate-curve curves/laptop-512x288-fp16.yaml
+
+    Example: autobatch serve --emulate-curve curves/server-512x288-fp16.yaml --device
     """
     from autobatch.curve import load_curve
     from autobatch.lab.serve import TritonServer, check_port
@@ -66,6 +83,7 @@ def serve(
     for field, port in (("http_port", http_port), ("grpc_port", grpc_port), ("metrics_port", metrics_port)):
         check_port(port, SERVE_FLAGS[field])
     curve = load_curve(emulate_curve) if emulate_curve else None
+    gpu, address = _serve_device(device, device_config, device_address, curve is not None)
     server = TritonServer(
         repository,
         host=host,
@@ -74,9 +92,13 @@ def serve(
         metrics_port=metrics_port,
         models=model,
         emulate_curve=curve,
+        emulate_device=address,
     )
     previous = signal.signal(signal.SIGTERM, _raise_stop)
     try:
+        if gpu is not None:
+            with err.status("starting the emulated device ..."):
+                gpu.start()
         with err.status("starting tritonserver ..."):
             try:
                 server.start()
@@ -90,16 +112,47 @@ def serve(
         out.print(f"  gRPC     {server.urls.grpc}")
         out.print(f"  metrics  {server.urls.metrics}")
         out.print(f"  log      {server.log_path}")
+        if address is not None:
+            out.print(f"  device   {address}" + (f" (metrics {gpu.metrics_url})" if gpu else ""))
         out.print("Ctrl-C or SIGTERM stops it.")
-        while server.running():
+        while server.running() and (gpu is None or gpu.running()):
             time.sleep(0.5)
+        if gpu is not None:
+            gpu.check_alive("while serving")
         server.check_alive("while serving")  # raises, naming the exit code or signal
         raise AutobatchError(f"tritonserver exited unexpectedly: {server.log_tail()}")
     except (_Stop, KeyboardInterrupt):
         err.print("stopping tritonserver ...")
     finally:
-        server.close()
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut this short
+        try:
+            server.close()
+        finally:
+            if gpu is not None:
+                gpu.close()
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _serve_device(start: bool, config: Path | None, address: str | None,
+                  has_curve: bool) -> tuple[Any, str | None]:
+    """``serve``'s device options: the device to start (or None) and the address the emulated
+    model is pointed at. Everything is checked before anything starts."""
+    if not (start or config or address):
+        return None, None
+    if address is not None and (start or config):
+        raise ConfigError(f"--device-address = {address!r}: give it or --device, not both")
+    if not has_curve:
+        raise ConfigError("--device: the emulated model needs its curve: give --emulate-curve FILE")
+    if address is not None:
+        from autobatch.device.client import check_device
+
+        check_device(address)
+        return None, address
+    from autobatch.device.settings import DeviceSettings, load_device_config
+    from autobatch.lab.gpu import DeviceProcess
+
+    gpu = DeviceProcess(load_device_config(config) if config else DeviceSettings())
+    return gpu, gpu.address
 
 
 @app.command()

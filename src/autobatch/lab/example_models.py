@@ -104,6 +104,9 @@ class _BatchModel:
 
     input_name = "INPUT"
     output_name = "OUTPUT"
+    failures: tuple[type[BaseException], ...] = ()
+    """Errors of ``run`` that fail the batch's requests with their message alone (any other
+    exception fails them too, with the stub's traceback appended)."""
 
     def initialize(self, args: dict[str, Any]) -> None:
         self.model_name = args.get("model_name", type(self).__name__)
@@ -122,7 +125,12 @@ class _BatchModel:
         arrays = [pb_utils.get_input_tensor_by_name(r, self.input_name).as_numpy() for r in requests]
         sizes = [a.shape[0] for a in arrays]
         batch = np.concatenate(arrays, axis=0) if len(arrays) > 1 else arrays[0]
-        out = np.ascontiguousarray(self.run(batch), dtype=np.float32)
+        try:
+            result = self.run(batch)
+        except self.failures as exc:
+            error = pb_utils.TritonError(f"{self.model_name}: {exc}")
+            return [pb_utils.InferenceResponse(output_tensors=[], error=error) for _ in requests]
+        out = np.ascontiguousarray(result, dtype=np.float32)
         responses = []
         start = 0
         for n in sizes:
@@ -169,19 +177,31 @@ class SmallCNNModel(_TorchModel):
 
 
 class EmulatedAcceleratorModel(_BatchModel):
-    """Holds the instance for ``curve(n)`` ms per batch of n, then echoes its input.
+    """A batch of n takes ``curve(n)`` ms, then the input is echoed back.
 
     Config parameters (string values):
       ``curve``       the curve itself, YAML or JSON in the shared curve format;
       ``curve_file``  or a path to a curve file (relative to the model folder);
       ``noise_cv``    optional coefficient of variation of a lognormal noise on
-                      each batch time (default 0: deterministic).
+                      each batch time (default 0: deterministic);
+      ``device``      optional HOST:PORT of an emulated GPU (``autobatch device``): each
+                      batch runs there as a job of ``curve(n)`` ms, shared with whatever
+                      else runs on it. Without it the instance holds itself for that long:
+                      one instance is one device;
+      ``device_context``    the context the instance submits under (default: its instance
+                      name, so each instance is a context of its own, as each process is
+                      on a GPU);
+      ``device_timeout_s``  the longest a batch waits for the device (default 30): a dead or
+                      hung device fails the batch's requests instead of hanging them.
     """
 
     def setup(self, args: dict[str, Any]) -> None:
         import yaml
 
         from autobatch.curve import BatchCurve, load_curve
+        from autobatch.errors import DeviceError
+
+        self.failures = (DeviceError,)
 
         text = _param(args, "curve")
         path = _param(args, "curve_file")
@@ -196,6 +216,15 @@ class EmulatedAcceleratorModel(_BatchModel):
             raise ValueError("emulated_accelerator needs a 'curve' or 'curve_file' parameter")
         self.noise_cv = float(_param(args, "noise_cv", "0") or 0)
         self.rng = random.Random(SEED)
+        self.device: Any = None
+        address = _param(args, "device")
+        if address:
+            from autobatch.device.client import JOB_TIMEOUT_S, DeviceClient
+
+            context = _param(args, "device_context") or args.get("model_instance_name") or self.model_name
+            timeout_s = float(_param(args, "device_timeout_s", str(JOB_TIMEOUT_S)) or JOB_TIMEOUT_S)
+            self.device = DeviceClient(address, context, timeout_s=timeout_s)
+            self.device.connect()  # a device nobody answers fails the load, not the first request
 
     def batch_ms(self, n: int) -> float:
         ms = self.curve.estimate(n).ms
@@ -207,6 +236,14 @@ class EmulatedAcceleratorModel(_BatchModel):
         return ms
 
     def run(self, batch: Any) -> Any:
+        n = batch.shape[0]
+        if self.device is not None:
+            self.device.run(self.batch_ms(n), items=n)
+            return batch
         start = time.perf_counter()
-        wait_until(start + self.batch_ms(batch.shape[0]) / 1000.0)
+        wait_until(start + self.batch_ms(n) / 1000.0)
         return batch
+
+    def finalize(self) -> None:
+        if self.device is not None:
+            self.device.close()

@@ -262,6 +262,7 @@ class TritonServer(Server):
         metrics_port: int = 8002,
         models: Sequence[str] | None = None,
         emulate_curve: Any = None,
+        emulate_device: str | None = None,
         startup_timeout_s: float = 180.0,
         stop_timeout_s: float = 15.0,
         log_path: str | Path | None = None,
@@ -271,6 +272,9 @@ class TritonServer(Server):
         self.urls = TritonUrls(host, http_port, grpc_port, metrics_port)
         self.models = list(models) if models is not None else None
         self.emulate_curve = emulate_curve
+        self.emulate_device = emulate_device
+        """HOST:PORT of an emulated GPU the emulated model's instances submit to (with
+        ``emulate_curve``); None: each instance is a device of its own."""
         self.startup_timeout_s = startup_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.extra_args = list(extra_args)
@@ -404,7 +408,7 @@ class TritonServer(Server):
         try:
             self._wait_ready(startup_models)
             if emulate:
-                self.load_emulator(self.emulate_curve)
+                self.load_emulator(self.emulate_curve, device=self.emulate_device)
         except BaseException:
             self.stop()
             raise
@@ -431,23 +435,41 @@ class TritonServer(Server):
                     raise
                 raise ServeError(f"{exc}: {self.log_tail()}") from None
 
-    def load_emulator(self, curve: Any, profile: Any = None) -> None:
+    def load_emulator(self, curve: Any, profile: Any = None, *, device: str | None = None,
+                      device_timeout_s: float | None = None, model: str = EMULATOR_MODEL,
+                      device_context: str | None = None) -> None:
         """(Re)load the emulated accelerator with ``curve`` as its batch curve, and
-        ``profile``'s batching (a :class:`~autobatch.profiles.Profile`) if given."""
+        ``profile``'s batching (a :class:`~autobatch.profiles.Profile`) if given.
+
+        ``device``: HOST:PORT of an emulated GPU its instances run their batches on (checked
+        first: a device nobody answers is a DeviceError and nothing is loaded). ``model``: a
+        copy of the emulated model under another name in the repository (another model on
+        the same device). ``device_context``: one context for all its instances (default:
+        one each)."""
         from autobatch.profiles import parse_pbtxt
 
-        cfg_path = self.repository / EMULATOR_MODEL / "config.pbtxt"
+        if device is not None:
+            from autobatch.device.client import check_device
+
+            check_device(device)
+        cfg_path = self.repository / model / "config.pbtxt"
         config = parse_pbtxt(cfg_path.read_text(encoding="utf-8"), str(cfg_path))
         params = dict(config.get("parameters") or {})
         params["curve"] = {"string_value": json.dumps(curve.to_dict())}
+        for key, value in (("device", device), ("device_context", device_context),
+                           ("device_timeout_s", device_timeout_s)):
+            if value is not None:
+                params[key] = {"string_value": str(value)}
+            else:
+                params.pop(key, None)
         config["parameters"] = params
         if profile is not None:
             config = profile.merge_into(config)
         body = {"parameters": {"config": json.dumps(config)}}
         with httpx.Client(base_url=self.urls.http, timeout=120.0) as client:
-            r = client.post(f"/v2/repository/models/{EMULATOR_MODEL}/load", json=body)
+            r = client.post(f"/v2/repository/models/{model}/load", json=body)
         if r.status_code != 200:
-            raise ServeError(f"loading {EMULATOR_MODEL} with the curve failed: {r.text}")
+            raise ServeError(f"loading {model} with the curve failed: {r.text}")
 
     def log_tail(self, lines: int = 5) -> str:
         if self._log_path is None:

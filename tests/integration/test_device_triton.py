@@ -1,0 +1,246 @@
+"""The emulated model's instances, and a second model, as clients of one real device process,
+in the real Triton; the sidecar's signals reading the device as dcgm-exporter; what a dead,
+hung or absent device does to requests and to those signals."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.http as triton_http
+
+from autobatch.curve import BatchCurve
+from autobatch.device.protocol import parse_address
+from autobatch.device.settings import DeviceSettings
+from autobatch.errors import DeviceError
+from autobatch.lab.gpu import DeviceProcess, emulated_repository
+from autobatch.lab.process import group_members, poll_until
+from autobatch.lab.serve import EMULATOR_MODEL, TritonServer, free_port
+from autobatch.profiles import Profile
+from autobatch.signals import TritonSource
+
+from ..conftest import CURVES
+from ..helpers import BackgroundLoad, assert_bad_input, autobatch
+
+CURVE = BatchCurve({1: 4.0, 8: 6.0, 32: 14.0}, name="small")
+OTHER = "emulated_b"
+FREE = parse_address("127.0.0.1:0")
+
+
+@pytest.fixture(scope="module")
+def device() -> Iterator[DeviceProcess]:
+    with DeviceProcess(DeviceSettings(listen=FREE, metrics=FREE, util_period_ms=250.0)) as dev:
+        yield dev
+
+
+@pytest.fixture(scope="module")
+def server(device: DeviceProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
+    repo = emulated_repository(tmp_path_factory.mktemp("repo"), [EMULATOR_MODEL, OTHER])
+    with TritonServer.on_free_ports(repo, emulate_curve=CURVE, emulate_device=device.address) as s:
+        s.load_emulator(CURVE, device=device.address, model=OTHER)
+        yield s
+
+
+def infer(server: TritonServer, model: str, n: int = 1) -> Any:
+    client = triton_http.InferenceServerClient(server.urls.http.removeprefix("http://"),
+                                               connection_timeout=30, network_timeout=30)
+    x = np.ones((n, 16), np.float32)
+    inp = triton_http.InferInput("INPUT", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x)
+    return client.infer(model, [inp])
+
+
+def contexts(device: DeviceProcess) -> dict[str, dict[str, Any]]:
+    return httpx.get(device.status_url, timeout=5).json()["contexts"]
+
+
+def stats(server: TritonServer, model: str) -> dict[str, Any]:
+    return httpx.get(f"{server.urls.http}/v2/models/{model}/stats", timeout=5).json()["model_stats"][0]
+
+
+def live_parameters(server: TritonServer, model: str = EMULATOR_MODEL) -> dict[str, str]:
+    cfg = httpx.get(f"{server.urls.http}/v2/models/{model}/config", timeout=5).json()
+    return {k: v["string_value"] for k, v in (cfg.get("parameters") or {}).items()}
+
+
+def test_instances_and_another_model_are_contexts_of_one_device(
+    server: TritonServer, device: DeviceProcess
+) -> None:
+    two = Profile(name="two", max_batch_size=32, preferred_batch_size=(), max_queue_delay_us=0,
+                  instance_count=2)
+    server.load_emulator(CURVE, two, device=device.address)
+    try:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda i: infer(server, EMULATOR_MODEL, 1 + i % 4), range(48)))
+        for _ in range(5):
+            infer(server, OTHER, 8)
+        ctx = contexts(device)
+        mine = {c: v for c, v in ctx.items() if c.startswith(EMULATOR_MODEL + "_0_")}
+        assert set(mine) == {f"{EMULATOR_MODEL}_0_0", f"{EMULATOR_MODEL}_0_1"}
+        assert all(v["jobs"] > 0 for v in mine.values()), mine  # both instances ran batches there
+        st = stats(server, EMULATOR_MODEL)
+        assert sum(v["jobs"] for v in mine.values()) == st["execution_count"]
+        assert sum(v["items"] for v in mine.values()) == st["inference_count"]
+        other = ctx[f"{OTHER}_0"] if f"{OTHER}_0" in ctx else ctx[f"{OTHER}_0_0"]
+        assert other["jobs"] == stats(server, OTHER)["execution_count"] and other["items"] == 40
+    finally:
+        server.load_emulator(CURVE, device=device.address)
+
+
+def test_an_instance_not_pointed_at_a_device_runs_as_before(
+    server: TritonServer, device: DeviceProcess
+) -> None:
+    server.load_emulator(CURVE)
+    try:
+        assert "device" not in live_parameters(server)
+        before = {c: v["jobs"] for c, v in contexts(device).items()}
+        out = infer(server, EMULATOR_MODEL, 4).as_numpy("OUTPUT")
+        assert out.shape == (4, 16) and float(out.sum()) == 64.0
+        assert {c: v["jobs"] for c, v in contexts(device).items()} == before
+    finally:
+        server.load_emulator(CURVE, device=device.address)
+
+
+def test_the_sidecar_reads_gpu_util_from_the_device_as_from_dcgm_exporter(
+    server: TritonServer, device: DeviceProcess
+) -> None:
+    async def windows() -> list[Any]:
+        async with TritonSource(server.urls.http, EMULATOR_MODEL, metrics_url=server.urls.metrics,
+                                utilization_url=device.metrics_url) as src:
+            await src.poll()
+            got = []
+            for _ in range(3):
+                await asyncio.sleep(0.6)
+                got.append(await src.poll())
+            return got
+
+    with BackgroundLoad(server.urls.grpc, EMULATOR_MODEL, 60.0, max_s=30.0) as load:
+        load.wait_for(20)
+        got = asyncio.run(windows())
+    assert all(w is not None and not w.stale for w in got)
+    assert all(w.utilization is not None and 0 < w.utilization <= 1 for w in got), got
+    assert all(w.utilization_detail is None for w in got)
+    res = autobatch("watch", "--url", server.urls.http, "--model", EMULATOR_MODEL, "--metrics-url",
+                    server.urls.metrics, "--utilization-url", device.metrics_url, "--count", "1",
+                    "--interval", "0.5", "--json")
+    assert res.returncode == 0, res.stderr
+    (line,) = res.stdout.splitlines()
+    w = json.loads(line)
+    assert w["utilization"] is not None and w["utilization_detail"] is None  # an idle device reads 0
+
+
+def test_a_device_that_dies_fails_requests_clearly_and_the_sidecar_says_so(server: TritonServer) -> None:
+    with DeviceProcess(DeviceSettings(listen=FREE, metrics=FREE, util_period_ms=250.0)) as dying:
+        server.load_emulator(CURVE, device=dying.address, device_timeout_s=2.0)
+        try:
+            assert infer(server, EMULATOR_MODEL, 2).as_numpy("OUTPUT").shape == (2, 16)
+
+            async def after_kill() -> Any:
+                async with TritonSource(server.urls.http, EMULATOR_MODEL, metrics_url=server.urls.metrics,
+                                        utilization_url=dying.metrics_url) as src:
+                    await src.poll()
+                    dying.kill()
+                    t0 = time.monotonic()
+                    with pytest.raises(triton_http.InferenceServerException) as failed:
+                        await asyncio.to_thread(infer, server, EMULATOR_MODEL, 1)
+                    assert time.monotonic() - t0 < 30.0  # bounded: nothing hangs
+                    return failed.value, await src.poll()
+
+            error, window = asyncio.run(after_kill())
+            assert "emulated_accelerator" in str(error) and "closed the connection" in str(error)
+            server.check_alive("after the device died")
+            assert window is not None and not window.stale and window.failure_rps
+            assert window.utilization is None
+            assert window.utilization_detail and window.utilization_detail.startswith("unreachable: ")
+        finally:
+            server.load_emulator(CURVE)
+
+
+def test_a_hung_device_fails_requests_within_the_timeout(server: TritonServer) -> None:
+    with DeviceProcess(DeviceSettings(listen=FREE, metrics=FREE)) as hung:
+        server.load_emulator(CURVE, device=hung.address, device_timeout_s=1.0)
+        try:
+            hung.freeze()
+            with pytest.raises(triton_http.InferenceServerException, match="did not answer within 1 s"):
+                infer(server, EMULATOR_MODEL, 1)
+        finally:
+            hung.thaw()
+            server.load_emulator(CURVE)
+
+
+def test_a_device_address_nobody_answers_changes_nothing(server: TritonServer, device: DeviceProcess) -> None:
+    server.load_emulator(CURVE, device=device.address)
+    dead = f"127.0.0.1:{free_port()}"
+    with pytest.raises(DeviceError, match=f"cannot connect to the device at {dead}"):
+        server.load_emulator(CURVE, device=dead)
+    assert live_parameters(server)["device"] == device.address
+    assert infer(server, EMULATOR_MODEL, 1).as_numpy("OUTPUT").shape == (1, 16)
+
+
+def test_cli_serve_starts_and_stops_the_device(tmp_path: Path) -> None:
+    ports = [str(free_port()) for _ in range(5)]
+    cfg = tmp_path / "device.yaml"
+    cfg.write_text(f"listen: 127.0.0.1:{ports[3]}\nmetrics: 127.0.0.1:{ports[4]}\n"
+                   "sharing: {policy: timeslice, quantum_ms: 1}\n")
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).with_name("autobatch")), "serve", "--model", EMULATOR_MODEL,
+         "--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2],
+         "--emulate-curve", str(CURVES / "server-512x288-fp16.yaml"),
+         "--device", "--device-config", str(cfg)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        lines = []
+        assert proc.stdout is not None
+        for line in proc.stdout:  # bounded by the start-up timeouts
+            lines.append(line)
+            if "Ctrl-C" in line:
+                break
+        text = "".join(lines)
+        assert f"device   127.0.0.1:{ports[3]} (metrics http://127.0.0.1:{ports[4]}/metrics)" in text, text
+        status = httpx.get(f"http://127.0.0.1:{ports[4]}/status", timeout=5).json()
+        assert status["sharing"] == {"policy": "timeslice", "quantum_ms": 1.0, "switch_ms": 0.0}
+        client = triton_http.InferenceServerClient(f"127.0.0.1:{ports[0]}")
+        x = np.ones((3, 16), np.float32)
+        inp = triton_http.InferInput("INPUT", [3, 16], "FP32")
+        inp.set_data_from_numpy(x)
+        client.infer(EMULATOR_MODEL, [inp])
+        ctx = httpx.get(f"http://127.0.0.1:{ports[4]}/status", timeout=5).json()["contexts"]
+        assert ctx[f"{EMULATOR_MODEL}_0_0"]["items"] == 3
+        pid = int(text.split("pid ", 1)[1].split(")", 1)[0])
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        assert group_members(pid) == []
+        poll_until(lambda: not _listening(int(ports[3])), timeout_s=10, what="the device to stop")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _listening(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_cli_serve_with_a_device_nobody_answers_starts_nothing() -> None:
+    dead = f"127.0.0.1:{free_port()}"
+    res = autobatch("serve", "--http-port", "0", "--emulate-curve", str(CURVES / "server-512x288-fp16.yaml"),
+                    "--device-address", dead)
+    assert_bad_input(res.returncode, res.stderr, f"cannot connect to the device at {dead}")
+    res = autobatch("serve", "--http-port", "0", "--device")
+    assert_bad_input(res.returncode, res.stderr, "--device: the emulated model needs its curve")
