@@ -99,6 +99,7 @@ def test_metrics_busy_time_by_context_and_gpu_util() -> None:
         assert parse_utilization(fams["text"]) == pytest.approx(util.value / 100)  # the sidecar's reading
         status = httpx.get(dev.status_url).json()
         assert status["contexts"]["train"]["jobs"] == 1 and status["sharing"]["policy"] == "timeslice"
+        assert status["lateness_ms"]["count"] == 4  # every answer's delay after its exact time
 
 
 def test_a_refused_job_keeps_the_connection_and_a_broken_line_ends_it() -> None:

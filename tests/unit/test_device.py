@@ -17,7 +17,14 @@ from autobatch.cli.views import cotenants_table
 from autobatch.cotenants import CoTenant
 from autobatch.curve import BatchCurve
 from autobatch.device import protocol
-from autobatch.device.metrics import ContextSnapshot, DeviceSnapshot, dcgm_labels, families
+from autobatch.device.metrics import (
+    LATENESS_BUCKETS_MS,
+    ContextSnapshot,
+    DeviceSnapshot,
+    Lateness,
+    dcgm_labels,
+    families,
+)
 from autobatch.device.protocol import Address, parse_address
 from autobatch.device.runner import CoTenantResult, CoTenantRunner, CoTenantsReport, load_jobs
 from autobatch.device.settings import DeviceSettings, device_settings, load_device_config, parse_throughput
@@ -206,6 +213,20 @@ def test_metrics_carry_dcgm_exporter_names_and_labels_and_the_busy_time_by_conte
     assert busy == {"m_0_0": 1.2, "train": 0.65}
     assert fams["autobatch_device_busy_seconds"].samples[0].value == 1.85
     assert fams["autobatch_device_uptime_seconds"].samples[0].value == 5.0
+
+
+def test_the_lateness_of_the_answers_is_a_histogram_and_a_summary() -> None:
+    buckets = [0] * (len(LATENESS_BUCKETS_MS) + 1)
+    buckets[0], buckets[4], buckets[-1] = 3, 1, 1  # <= 0.05 ms x3, <= 1 ms, > 100 ms
+    snap = DeviceSnapshot("gpu0", {"policy": "timeslice"}, 1000.0, 10.0, 1000.0, None,
+                          lateness=Lateness(tuple(buckets), 150.7, (0.01, 0.02, 0.03, 0.7, 150.0)))
+    fams = {f.name: f for f in text_string_to_metric_families(exposition(snap))}
+    got = {s.labels["le"]: s.value for s in fams["autobatch_device_answer_lateness_seconds"].samples
+           if s.name.endswith("_bucket")}
+    assert got["5e-05"] == 3 and got["0.0005"] == 3 and got["0.001"] == 4 and got["0.1"] == 4
+    assert got["+Inf"] == 5
+    d = snap.to_dict()["lateness_ms"]
+    assert d["count"] == 5 and d["recent_p50"] == 0.03 and d["recent_max"] == 150.0
 
 
 def test_before_the_first_period_the_utilization_is_absent_not_zero() -> None:

@@ -21,6 +21,10 @@ Neither says how much work ran: a device kept busy by batches of one reads
 * by ``context``: ``autobatch_device_context_busy_seconds_total`` (its jobs' work done,
   in seconds of the device alone: its time holding the device under exclusive and
   timeslice), ``..._jobs_total``, ``..._items_total``, ``..._queued_jobs``;
+* ``autobatch_device_answer_lateness_seconds`` (histogram): how long after a job's
+  exact completion time its answer went out, the OS's wake-up delay: the
+  device's own accuracy, live (a benchmark that runs several devices at once
+  reads it to show they did not slow each other);
 * ``autobatch_device_info{name, policy}`` = 1 and ``autobatch_device_contexts``.
 """
 
@@ -32,9 +36,36 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+import numpy as np
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-__all__ = ["ContextSnapshot", "DeviceSnapshot", "dcgm_labels", "families"]
+__all__ = ["LATENESS_BUCKETS_MS", "ContextSnapshot", "DeviceSnapshot", "Lateness", "dcgm_labels", "families"]
+
+LATENESS_BUCKETS_MS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 100.0)
+"""Upper bounds of the lateness histogram, ms (the last bucket is +Inf)."""
+
+
+@dataclass(frozen=True)
+class Lateness:
+    """How late the answers went out after their jobs' exact completion times."""
+
+    buckets: tuple[int, ...] = (0,) * (len(LATENESS_BUCKETS_MS) + 1)
+    """Answers per bucket of :data:`LATENESS_BUCKETS_MS` (not cumulative; the last is +Inf)."""
+    sum_ms: float = 0.0
+    recent_ms: tuple[float, ...] = ()
+    """The latest answers' lateness, for percentiles."""
+
+    @property
+    def count(self) -> int:
+        return sum(self.buckets)
+
+    def to_dict(self) -> dict[str, Any]:
+        recent = np.asarray(self.recent_ms) if self.recent_ms else None
+        pct = {} if recent is None else {
+            "recent_p50": round(float(np.percentile(recent, 50)), 4),
+            "recent_p95": round(float(np.percentile(recent, 95)), 4),
+            "recent_max": round(float(recent.max()), 4)}
+        return {"count": self.count, "sum": round(self.sum_ms, 4), **pct}
 
 
 @dataclass(frozen=True)
@@ -58,6 +89,7 @@ class DeviceSnapshot:
     util: float | None
     """Busy share of the last complete period, 0..1; None before the first one ended."""
     contexts: Mapping[str, ContextSnapshot] = field(default_factory=dict)
+    lateness: Lateness = field(default_factory=Lateness)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -70,6 +102,7 @@ class DeviceSnapshot:
             "contexts": {c: {"jobs": s.jobs, "items": s.items, "busy_s": s.work_ms / 1000.0,
                              "queued": s.queued, "connections": s.connections}
                          for c, s in self.contexts.items()},
+            "lateness_ms": self.lateness.to_dict(),
         }
 
 
@@ -122,3 +155,10 @@ def families(snap: DeviceSnapshot, labels: Mapping[str, str]) -> Iterator[Metric
         items.add_metric([ctx], float(s.items))
         queued.add_metric([ctx], float(s.queued))
     yield from (busy, jobs, items, queued)
+    cumulative, running = [], 0
+    for le, n in zip((*LATENESS_BUCKETS_MS, float("inf")), snap.lateness.buckets):
+        running += n
+        cumulative.append(("+Inf" if le == float("inf") else f"{le / 1000.0:g}", running))
+    yield HistogramMetricFamily("autobatch_device_answer_lateness_seconds",
+                                "How long after its job's exact completion time an answer went out.",
+                                buckets=cumulative, sum_value=snap.lateness.sum_ms / 1000.0)

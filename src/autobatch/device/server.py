@@ -17,12 +17,14 @@ their exact boundaries and sends each completed job's answer.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 import logging
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -32,7 +34,14 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from autobatch.device import protocol
-from autobatch.device.metrics import ContextSnapshot, DeviceSnapshot, dcgm_labels, families
+from autobatch.device.metrics import (
+    LATENESS_BUCKETS_MS,
+    ContextSnapshot,
+    DeviceSnapshot,
+    Lateness,
+    dcgm_labels,
+    families,
+)
 from autobatch.device.protocol import Address
 from autobatch.device.settings import DeviceSettings
 from autobatch.errors import ConfigError, DeviceError
@@ -48,6 +57,8 @@ microseconds (more on a loaded machine); the spin yields the GIL at every turn."
 HELLO_TIMEOUT_S = 5.0
 IDLE_WAKE_S = 0.5
 """How often an idle scheduler thread looks whether it should stop."""
+RECENT_LATENESS = 1000
+"""Answers whose lateness /status summarises (p50/p95/max)."""
 
 
 @dataclass
@@ -110,6 +121,11 @@ class DeviceServer:
         self._next_boundary_ms = self._period_ms
         self._last_util: float | None = None
         self._busy_at_boundary = 0.0
+        # How late each answer went out after its job's exact completion time: what the OS's
+        # wake-ups cost the emulation (the device's accuracy, as a live signal).
+        self._late_buckets = [0] * (len(LATENESS_BUCKETS_MS) + 1)
+        self._late_sum_ms = 0.0
+        self._late_recent: deque[float] = deque(maxlen=RECENT_LATENESS)
         self._labels = dcgm_labels(settings.name, hostname)
         self._listener: socket.socket | None = None
         self._http: ThreadingHTTPServer | None = None
@@ -199,6 +215,10 @@ class DeviceServer:
             st.jobs += 1
             st.items += items
             conn.send(protocol.done(job, c.submitted_ms, c.started_ms, c.finished_ms))
+            late = max(0.0, now_ms - c.finished_ms)
+            self._late_buckets[bisect.bisect_left(LATENESS_BUCKETS_MS, late)] += 1
+            self._late_sum_ms += late
+            self._late_recent.append(late)
 
     def _submit(self, conn: _Conn, job: int, work_ms: float, items: int) -> None:
         with self._cond:
@@ -308,8 +328,9 @@ class DeviceServer:
                                    self._connections.get(c, 0))
                 for c, st in self._stats.items()
             }
+            lateness = Lateness(tuple(self._late_buckets), self._late_sum_ms, tuple(self._late_recent))
             return DeviceSnapshot(self.settings.name, self.settings.sharing.to_dict(), now,
-                                  usage.busy_ms, self._period_ms, self._last_util, contexts)
+                                  usage.busy_ms, self._period_ms, self._last_util, contexts, lateness)
 
     def metrics_text(self) -> bytes:
         snap = self.snapshot()
