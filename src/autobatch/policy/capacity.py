@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 from autobatch.curve import BatchCurve
+from autobatch.policy.types import Observation
 from autobatch.profiles import Profile
 
 __all__ = [
@@ -83,7 +83,7 @@ def batch_ms(curve: BatchCurve, b: float) -> float:
 
 
 def live_factor(
-    history: Sequence[Any],
+    history: Sequence[Observation],
     curve: BatchCurve | None,
     *,
     busy_ceiling: float,
@@ -103,10 +103,10 @@ def live_factor(
     if curve is None:
         return None, None
     for w in reversed(history):
-        if getattr(w, "stale", False):
+        if w.stale:
             continue
-        share = getattr(w, "busy_share", None)
-        busy = getattr(w, "busy_instances", None)
+        share = w.busy_share
+        busy = w.busy_instances
         b = w.mean_batch_size
         if share is None or busy is None or b is None or busy <= 0 or share < min_busy_share:
             continue

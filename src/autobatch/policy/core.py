@@ -210,7 +210,7 @@ def decide(
     # delay), the step shortens no wait, and the new copy loads on the hardware that
     # serves the backlog (a 5.7 s reload there sent 85% of a phase over the SLO). Below
     # that, `no_gain` steps back as before; the gateway's example sets no limit.
-    busy = getattr(w, "busy_share", None)
+    busy = w.busy_share
     if (
         target_i < cur_i and reason.kind == "efficiency" and busy is not None
         and busy > settings.efficiency_max_busy + EPS and queue_is_backlog(w, settings, current)
@@ -257,12 +257,12 @@ def _settling(history: Sequence[Observation], state: State, settings: PolicySett
 def _remember_device(state: State, w: Observation, current: Profile, curve: BatchCurve | None,
                      settings: PolicySettings) -> State:
     """The state with the device time the window's profile spent, at the window's load."""
-    measured = getattr(w, "device_ms_per_request", None)
+    measured = w.device_ms_per_request
     demand = _demand(w)
     if measured is None or w.inference_rps <= 0:
         return state
     estimated = None if curve is None else device_ms_estimate(
-        current, demand, curve, getattr(w, "instance_count", None))
+        current, demand, curve, w.instance_count)
     return replace(state, device=state.device.remember(current.name, demand, measured, estimated,
                                                        settings.device_alpha))
 
@@ -279,7 +279,7 @@ def _signals(w: Observation, current: Profile) -> dict[str, Any]:
         "p95_ms": w.p95_ms,
         "p99_ms": w.p99_ms,
         "utilization": w.utilization,
-        "device_ms_per_request": getattr(w, "device_ms_per_request", None),
-        "busy_share": getattr(w, "busy_share", None),
+        "device_ms_per_request": w.device_ms_per_request,
+        "busy_share": w.busy_share,
         "max_queue_delay_ms": current.max_queue_delay_us / 1000.0,
     }

@@ -56,7 +56,7 @@ def _capacities(history: Sequence[Observation], s: PolicySettings, curve: BatchC
     factor, _ = live_factor(history, reference, busy_ceiling=s.busy_ceiling,
                             min_busy_share=s.live_min_busy)
     scale = factor if factor is not None else 1.0
-    n = getattr(history[-1], "instance_count", None) if history else None
+    n = history[-1].instance_count if history else None
     cap: dict[int, float | None] = {}
     floor: dict[int, float | None] = {}
     for i, p in enumerate(s.ladder):
@@ -175,7 +175,7 @@ def _recommend(
     # while the instances idle (busier, the queue is the load's, not the wait's), unless
     # the wait buys device time (the lower profile costs more than the band allows) and
     # the window's requests stay inside the headroom.
-    share = getattr(w, "busy_share", None)
+    share = w.busy_share
     if (
         q is not None
         and b is not None
@@ -212,7 +212,7 @@ def _recommend(
         breach = w.p95_ms > s.slo_p95_ms or (
             s.slo_p99_ms is not None and w.p99_ms is not None and w.p99_ms > s.slo_p99_ms
         )
-        mean = getattr(w, "mean_request_ms", None)
+        mean = w.mean_request_ms
         if breach and mean is not None and mean < s.breach_min_mean * s.slo_p95_ms - EPS:
             # The summary still holds a past peak; this window's requests are quick.
             sig["p95_stale"] = f"mean request {mean:.1f} ms < {s.breach_min_mean:g} x SLO"
@@ -320,7 +320,7 @@ def _device_costs(w: Observation, state: State, s: PolicySettings, cur_i: int,
     (:mod:`autobatch.policy.memory`). Empty without a curve."""
     if curve is None:
         return {}
-    n = getattr(w, "instance_count", None)
+    n = w.instance_count
     current = s.ladder[cur_i].name
     return {
         i: device_cost(state.device, p.name, demand, device_ms_estimate(p, demand, curve, n),
@@ -332,7 +332,7 @@ def _device_costs(w: Observation, state: State, s: PolicySettings, cur_i: int,
 def _freed_share(dev_from: float, dev_to: float, demand: float, w: Observation) -> float:
     """The share of the instances' time a move from ``dev_from`` to ``dev_to`` ms per request
     frees at ``demand`` (negative: it costs)."""
-    n = getattr(w, "instance_count", None) or 1
+    n = w.instance_count or 1
     return (dev_from - dev_to) * demand / 1000.0 / n
 
 
@@ -363,7 +363,7 @@ def _efficiency_up(
         return None
     if cur_i == len(ladder) - 1 or curve is None:
         return None
-    n = getattr(w, "instance_count", None)
+    n = w.instance_count
     cur = ladder[cur_i]
     dev_cur, _ = costs[cur_i]
     b_cur = batch_estimate(cur, demand, curve, n)
@@ -400,7 +400,7 @@ def _efficiency_up(
         )
         return None
     saving, i, dev, predicted, source = best
-    busy = getattr(w, "busy_share", None)
+    busy = w.busy_share
     if busy is not None and busy > s.efficiency_max_busy + EPS:
         # The move would pay, but making it (a reload loads a second copy on the busy
         # devices) would cost the SLO while it runs.
@@ -490,7 +490,7 @@ def _relief_up(
                 s.stabilization_drop * worse[1] - EPS <= demand <= worse[1] / s.stabilization_drop + EPS):
             refused.append(f"{name} read worse (or did not take) at {worse[1]:.0f}/s")
             continue
-        busy = getattr(w, "busy_share", None)
+        busy = w.busy_share
         if busy is not None and busy > s.efficiency_max_busy + EPS:
             sig["relief"] = (f"{name} would spend {saving:.0%} less device time ({source}), but the "
                              f"instances are {busy:.0%} busy (> {s.efficiency_max_busy:.0%})")
@@ -535,7 +535,7 @@ def _wait_pays(w: Observation, s: PolicySettings, cur_i: int, demand: float,
     if cur_i == 0 or not costs:
         return None
     same, dev_low, dev_cur, extra, source = _cheaper_below(w, s, cur_i, demand, costs)
-    mean = getattr(w, "mean_request_ms", None)
+    mean = w.mean_request_ms
     if same or mean is None or mean >= s.headroom * s.slo_p95_ms:
         return None
     return (f"the wait pays: {s.ladder[cur_i - 1].name} would spend {dev_low:.2f} ms of device "
@@ -552,7 +552,7 @@ def _no_gain(w: Observation, s: PolicySettings, cur_i: int, demand: float,
     unproven estimate)."""
     if cur_i == 0 or not costs or delay_ms <= 0:
         return None
-    share = getattr(w, "busy_share", None)
+    share = w.busy_share
     q = w.mean_queue_ms
     if share is None or share < s.wait_max_busy or q is None or q < s.near_delay_ratio * delay_ms:
         return None
@@ -579,7 +579,7 @@ def _low_load(
     idle (busy under ``wait_max_busy``)."""
     if cur_i == 0 or not costs:
         return None
-    share = getattr(w, "busy_share", None)
+    share = w.busy_share
     if share is not None and share >= s.wait_max_busy:
         return None  # not a low load: busy instances queue on either profile
     lower = s.ladder[cur_i - 1]

@@ -21,30 +21,52 @@ __all__ = ["Action", "Decision", "Observation", "Reason", "State"]
 
 
 class Observation(Protocol):
-    """What the policy reads from a window (``autobatch.signals.Window`` fits)."""
-
-    start_s: float
-    end_s: float
-    inference_rps: float
-    exec_rps: float
-    failure_rps: Mapping[str, float]
-    mean_batch_size: float | None
-    mean_queue_ms: float | None
-    pending_requests: float | None
-    pending_delta: float | None
-    p95_ms: float | None
-    p99_ms: float | None
-    batch_curve_ms: Mapping[int, float]
-    utilization: float | None
-    device_ms_per_request: float | None
-    busy_instances: float | None
-    busy_share: float | None
-    instance_count: int | None
-    stale: bool
-    stale_reason: str | None
+    """What the policy reads from a window: :class:`autobatch.signals.Window` fits, checked
+    by mypy where the controller and ``autobatch replay`` hand windows to ``decide``.
+    Read-only, as a frozen dataclass's fields are; ``None`` where a signal is absent."""
 
     @property
+    def start_s(self) -> float: ...
+    @property
+    def end_s(self) -> float: ...
+    @property
+    def inference_rps(self) -> float: ...
+    @property
+    def exec_rps(self) -> float: ...
+    @property
     def arrival_rps(self) -> float: ...
+    @property
+    def failure_rps(self) -> Mapping[str, float]: ...
+    @property
+    def mean_batch_size(self) -> float | None: ...
+    @property
+    def mean_queue_ms(self) -> float | None: ...
+    @property
+    def mean_request_ms(self) -> float | None: ...
+    @property
+    def pending_requests(self) -> float | None: ...
+    @property
+    def pending_delta(self) -> float | None: ...
+    @property
+    def p95_ms(self) -> float | None: ...
+    @property
+    def p99_ms(self) -> float | None: ...
+    @property
+    def batch_curve_ms(self) -> Mapping[int, float]: ...
+    @property
+    def utilization(self) -> float | None: ...
+    @property
+    def device_ms_per_request(self) -> float | None: ...
+    @property
+    def busy_instances(self) -> float | None: ...
+    @property
+    def busy_share(self) -> float | None: ...
+    @property
+    def instance_count(self) -> int | None: ...
+    @property
+    def stale(self) -> bool: ...
+    @property
+    def stale_reason(self) -> str | None: ...
 
 
 class Action(str, Enum):
