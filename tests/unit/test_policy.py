@@ -550,6 +550,6 @@ def test_the_package_exports_its_public_names():
 
 @pytest.mark.parametrize(("x", "shown"), [(-0.001, "0%"), (-0.05, "-5%"), (0.123, "12%"), (0.0, "0%")])
 def test_shares_in_messages_never_read_minus_zero(x, shown):
-    from autobatch.policy.rules import _share
+    from autobatch.policy.context import _share
 
     assert _share(x) == shown

@@ -21,15 +21,21 @@ Pure: values in, values out.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
 
 from autobatch.curve import BatchCurve
+from autobatch.policy.settings import PolicySettings
 from autobatch.policy.types import Observation
 from autobatch.profiles import Profile
 
 __all__ = [
+    "Capacities",
+    "LiveFactor",
     "batch_estimate",
     "batch_ms",
+    "capacities",
     "capacity_rps",
     "device_ms_estimate",
     "floor_capacity_rps",
@@ -82,14 +88,21 @@ def batch_ms(curve: BatchCurve, b: float) -> float:
     return t_lo + (b - lo) * (curve.ms(lo + 1) - t_lo)
 
 
+class LiveFactor(NamedTuple):
+    factor: float | None
+    """What the curve's capacities are scaled by on this machine now; None: unmeasured."""
+    busy_share: float | None
+    """The busy share of the window it was measured in."""
+
+
 def live_factor(
     history: Sequence[Observation],
     curve: BatchCurve | None,
     *,
     busy_ceiling: float,
     min_busy_share: float,
-) -> tuple[float | None, float | None]:
-    """``(factor, busy_share)`` from the newest window busy enough to measure it.
+) -> LiveFactor:
+    """The live factor, from the newest window busy enough to measure it.
 
     ``factor`` scales the curve's capacities to this machine now: the busy
     instance-seconds the curve predicts for the window's executions (its
@@ -97,11 +110,11 @@ def live_factor(
     instance-seconds measured, times ``busy_ceiling``, and never above 1 (the
     curve is the optimistic prior, the live data only ever lowers it). A window
     whose instances were busy less than ``min_busy_share`` of the time says too
-    little (a few batches of one), so older windows are searched; (None, None)
-    when none qualifies.
+    little (a few batches of one), so older windows are searched; both None when
+    none qualifies.
     """
     if curve is None:
-        return None, None
+        return LiveFactor(None, None)
     for w in reversed(history):
         if w.stale:
             continue
@@ -113,8 +126,8 @@ def live_factor(
         predicted = w.exec_rps * batch_ms(curve, b) / 1000.0
         if not (predicted > 0 and math.isfinite(predicted)):
             continue
-        return min(1.0, predicted / busy * busy_ceiling), share
-    return None, None
+        return LiveFactor(min(1.0, predicted / busy * busy_ceiling), share)
+    return LiveFactor(None, None)
 
 
 def _greedy_batch(rate_rps: float, n: int, curve: BatchCurve, cap: int) -> float:
@@ -154,3 +167,35 @@ def device_ms_estimate(profile: Profile, rate_rps: float, curve: BatchCurve,
     """Device ms per request ``profile`` spends at ``rate_rps``: its batch's time over its size."""
     b = batch_estimate(profile, rate_rps, curve, instances)
     return batch_ms(curve, b) / b
+
+
+@dataclass(frozen=True)
+class Capacities:
+    """What every profile of the ladder carries on this machine now."""
+
+    rps: Mapping[int, float | None]
+    """By ladder index: the curve's capacity with a deep queue, times the live factor."""
+    floor: Mapping[int, float | None]
+    """By ladder index: what it carries without a backlog (:func:`floor_capacity_rps`), likewise."""
+    factor: float | None
+    """The live factor (:func:`live_factor`); None: unmeasured, the curve's capacities stand."""
+
+
+def capacities(history: Sequence[Observation], settings: PolicySettings,
+               curve: BatchCurve | None) -> Capacities:
+    """Capacities from the reference curve (the configured one, else ``curve``, the live
+    points), times the live factor measured against that same curve. The live points do
+    not also lower them: their slowdown is in the factor already."""
+    s = settings
+    reference = s.curve if s.curve is not None else curve
+    factor = live_factor(history, reference, busy_ceiling=s.busy_ceiling,
+                         min_busy_share=s.live_min_busy).factor
+    scale = factor if factor is not None else 1.0
+    n = history[-1].instance_count if history else None
+    rps: dict[int, float | None] = {}
+    floor: dict[int, float | None] = {}
+    for i, p in enumerate(s.ladder):
+        c, f = capacity_rps(p, reference, n), floor_capacity_rps(p, reference, n)
+        rps[i] = None if c is None else c * scale
+        floor[i] = None if f is None else f * scale
+    return Capacities(rps, floor, factor)

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
-__all__ = ["DeviceMemory", "device_cost", "rate_bucket"]
+__all__ = ["Cost", "DeviceMemory", "device_cost", "rate_bucket"]
 
 BUCKET_WIDTH = 1.25
 """Neighbouring buckets' rates differ by this factor."""
@@ -81,11 +82,19 @@ class DeviceMemory:
         return out
 
 
-def device_cost(memory: DeviceMemory, profile: str, rate_rps: float, estimated_ms: float,
-                current: str) -> tuple[float, str]:
-    """``(device ms per request, source)`` of ``profile`` at ``rate_rps``.
+class Cost(NamedTuple):
+    """What a profile costs in device time per request at a rate, and where the figure comes from."""
 
-    ``source`` is ``seen`` (measured at this rate, or the mean of the two rates
+    ms: float
+    source: str
+    """``seen``, ``learned``, ``assumed`` or ``estimated`` (:func:`device_cost`)."""
+
+
+def device_cost(memory: DeviceMemory, profile: str, rate_rps: float, estimated_ms: float,
+                current: str) -> Cost:
+    """The device ms per request of ``profile`` at ``rate_rps``, and its source.
+
+    The source is ``seen`` (measured at this rate, or the mean of the two rates
     around it), ``learned`` (the estimate times this profile's measured error),
     ``assumed`` (times the error of ``current``, the profile in force) or
     ``estimated`` (nothing measured yet).
@@ -93,14 +102,14 @@ def device_cost(memory: DeviceMemory, profile: str, rate_rps: float, estimated_m
     b = rate_bucket(rate_rps)
     here = memory.seen_ms(profile, b)
     if here is not None:
-        return here, "seen"
-    around = [memory.seen_ms(profile, b - 1), memory.seen_ms(profile, b + 1)]
-    if all(x is not None for x in around):
-        return sum(around) / 2, "seen"  # type: ignore[arg-type]
+        return Cost(here, "seen")
+    below, above = memory.seen_ms(profile, b - 1), memory.seen_ms(profile, b + 1)
+    if below is not None and above is not None:
+        return Cost((below + above) / 2, "seen")
     r = memory.ratio_of(profile)
     if r is not None:
-        return estimated_ms * r, "learned"
+        return Cost(estimated_ms * r, "learned")
     r = memory.ratio_of(current)
     if r is not None:
-        return estimated_ms * r, "assumed"
-    return estimated_ms, "estimated"
+        return Cost(estimated_ms * r, "assumed")
+    return Cost(estimated_ms, "estimated")

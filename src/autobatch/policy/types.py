@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from autobatch.policy.memory import DeviceMemory
 
-__all__ = ["Action", "Decision", "Observation", "Reason", "State"]
+__all__ = ["Action", "Decision", "Observation", "Reason", "Recommendation", "State"]
 
 
 class Observation(Protocol):
@@ -139,6 +139,19 @@ _KINDS = {
     Reason.LOW_LOAD: "efficiency",
     Reason.PIN: "manual",
 }
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """What a rule answers: a target on the ladder (the live profile's index for a hold),
+    why, and what it saw."""
+
+    target: int
+    """The target's index on the ladder."""
+    reason: Reason
+    message: str
+    notes: Mapping[str, Any] = field(default_factory=dict)
+    """Figures the rule adds to the decision's signals."""
 
 
 @dataclass(frozen=True)

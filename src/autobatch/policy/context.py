@@ -1,0 +1,299 @@
+"""What one decision reads, computed once: :class:`Context`, built by :func:`build_context`.
+
+The rules (:mod:`autobatch.policy.rules`) and the stages of
+:func:`~autobatch.policy.decide` read the latest window, its history, the state
+and the settings, and the figures derived from them here: the demand, every
+profile's capacity and device cost, the forecast, whether the p95 is to be
+trusted. A new signal is a new field, filled in :func:`build_context`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from autobatch.curve import BatchCurve
+from autobatch.policy.capacity import Capacities, capacities, device_ms_estimate
+from autobatch.policy.forecast import Forecast, holt
+from autobatch.policy.memory import Cost, device_cost
+from autobatch.policy.settings import PolicySettings
+from autobatch.policy.types import Observation, State
+from autobatch.profiles import Profile
+
+__all__ = ["EPS", "Context", "Saving", "build_context", "demand_rps", "window_signals"]
+
+EPS = 1e-9
+"""Float comparisons of rates and times allow this much."""
+
+
+@dataclass(frozen=True)
+class Saving:
+    """What a move between two profiles saves in device time at the demand."""
+
+    share: float
+    """Of the device time per request (negative: it costs more)."""
+    freed: float
+    """Of the instances' time (negative: it takes more)."""
+    refused: str | None
+    """Why it does not pay (under ``min_saving``, or freeing under ``min_freed_share``);
+    None when it does."""
+
+
+@dataclass(frozen=True)
+class Context:
+    """Everything one decision reads. Built by :func:`build_context`; frozen."""
+
+    window: Observation
+    """The latest window: it drives the decision."""
+    history: Sequence[Observation]
+    """Every window kept, oldest first, :attr:`window` last."""
+    state: State
+    """What the policy remembers, with this window's device time learned."""
+    settings: PolicySettings
+    now_s: float
+    current: int
+    """The ladder index of the live profile."""
+    curve: BatchCurve | None
+    """The configured curve overlaid with the windows' live points (None: neither)."""
+    demand_rps: float
+    """What the profile must carry: the arrivals, or the completions while a backlog drains."""
+    made_at_rps: float
+    """The rate this window's recommendation counts as made at: the higher of its demand
+    and the previous window's (the window straddling a fall saw part of the higher load)."""
+    capacity: Capacities
+    """What each profile carries on this machine now (the curve's, times the live factor)."""
+    forecast: Forecast | None
+    """The arrival rate projected over the reaction time (None: off, or too few windows)."""
+    costs: Mapping[int, Cost]
+    """Each profile's device ms per request at the demand, and its source (empty: no curve)."""
+    failures_rps: float
+    """Failed requests per second, of the reasons that count."""
+    p95_trusted: bool
+    """The summary p95 has forgotten the profile before the last switch."""
+    p95_stale: str | None
+    """Why a p95 over the SLO is not a breach (the window's requests are quick), or None."""
+    breach: bool
+    """p95 (or p99) over the SLO, trusted, and not stale."""
+
+    @property
+    def ladder(self) -> tuple[Profile, ...]:
+        return self.settings.ladder
+
+    @property
+    def profile(self) -> Profile:
+        """The live profile."""
+        return self.settings.ladder[self.current]
+
+    @property
+    def delay_ms(self) -> float:
+        """The live profile's max queue delay."""
+        return self.profile.max_queue_delay_us / 1000.0
+
+    @property
+    def reaction_s(self) -> float | None:
+        """How far ahead the forecast looks: one window plus the last actuation."""
+        if self.forecast is None:
+            return None
+        return self.forecast.horizon_windows * _window_s(self.window)
+
+    @property
+    def queue_is_backlog(self) -> bool:
+        """Requests queue far beyond the live profile's max delay (``saturation_delay_ratio``
+        x the delay, at least ``saturation_min_queue_ms``): a backlog, not the batcher's wait."""
+        q, s = self.window.mean_queue_ms, self.settings
+        return q is not None and q > max(s.saturation_delay_ratio * self.delay_ms, s.saturation_min_queue_ms)
+
+    @property
+    def waiting(self) -> bool:
+        """Requests sit out the delay for batches that never fill (mean queue time near the
+        max delay, batches under the preferred size) while the instances idle (busy under
+        ``wait_max_busy``: busier, the queue is the load's)."""
+        w, s = self.window, self.settings
+        q, b, share = w.mean_queue_ms, w.mean_batch_size, w.busy_share
+        return (
+            q is not None and b is not None and self.delay_ms > 0
+            and q >= s.near_delay_ratio * self.delay_ms
+            and b < min(self.profile.effective_preferred)
+            and (share is None or share < s.wait_max_busy)
+        )
+
+    @property
+    def wait_pays(self) -> str | None:
+        """Why the wait is worth it while :attr:`waiting`, or None: the profile below would
+        cost device time the band does not allow, and requests stay under headroom x SLO."""
+        if not self.waiting or self.current == 0 or not self.costs:
+            return None
+        below = self.saving(self.current, self.current - 1)
+        mean = self.window.mean_request_ms
+        if self.same_cost(below) or mean is None or mean >= self.settings.headroom * self.settings.slo_p95_ms:
+            return None
+        low, cur = self.costs[self.current - 1], self.costs[self.current]
+        return (f"the wait pays: {self.ladder[self.current - 1].name} would spend {low.ms:.2f} ms of device "
+                f"time per request ({low.source}) vs {cur.ms:.2f}, {-below.freed:.0%} of the instances' "
+                f"time; mean request {mean:.1f} ms")
+
+    def freed_share(self, dev_from_ms: float, dev_to_ms: float) -> float:
+        """The share of the instances' time a move from ``dev_from_ms`` to ``dev_to_ms`` per
+        request frees at the demand (negative: it costs)."""
+        n = self.window.instance_count or 1
+        return (dev_from_ms - dev_to_ms) * self.demand_rps / 1000.0 / n
+
+    def saving(self, frm: int, to: int) -> Saving:
+        """What moving from profile ``frm`` to ``to`` (ladder indices) saves; needs costs."""
+        s, cur, cost = self.settings, self.costs[frm], self.costs[to]
+        share = 1.0 - cost.ms / cur.ms if cur.ms > 0 else 0.0
+        freed = self.freed_share(cur.ms, cost.ms)
+        refused = None
+        if share < s.min_saving - EPS or freed < s.min_freed_share - EPS:
+            refused = (f"{self.ladder[to].name} saves {_share(share)} ({cost.source}), "
+                       f"frees {_share(freed)}")
+        return Saving(share, freed, refused)
+
+    def same_cost(self, below: Saving) -> bool:
+        """Whether a step toward latency with ``below`` (:meth:`saving` to the profile below)
+        gives up nothing: it costs at most ``latency_tolerance`` more device time per
+        request, or under half ``min_freed_share`` of the instances' time."""
+        s = self.settings
+        dev_low, dev_cur = self.costs[self.current - 1].ms, self.costs[self.current].ms
+        return (dev_low <= dev_cur * (1 + s.latency_tolerance) + EPS
+                or -below.freed < s.min_freed_share / 2 - EPS)
+
+    def signals(self) -> dict[str, Any]:
+        """The figures the decision rested on, for the log, /status and replay."""
+        f = self.forecast
+        reaction = self.reaction_s
+        sig = window_signals(self.window, self.profile)
+        sig.update({
+            "demand_rps": round(self.demand_rps, 3),
+            "capacity_rps": {p.name: _round(self.capacity.rps[i]) for i, p in enumerate(self.ladder)},
+            "live_factor": _round(self.capacity.factor, 3),
+            "forecast_rps": None if f is None else round(f.rps, 1),
+            "forecast_trend_rps": None if f is None else round(f.trend_rps, 2),
+            "forecast_shifts": None if f is None else f.shifts,
+            "reaction_s": None if reaction is None else round(reaction, 2),
+        })
+        if self.costs:
+            sig["device_ms_expected"] = {self.ladder[i].name: round(c.ms, 3) for i, c in self.costs.items()}
+            sig["device_ms_source"] = {self.ladder[i].name: c.source for i, c in self.costs.items()}
+        sig["failures_rps"] = self.failures_rps
+        pays = self.wait_pays
+        if pays is not None:
+            sig["wait"] = pays
+        sig["p95_trusted"] = self.p95_trusted
+        if self.p95_stale is not None:
+            sig["p95_stale"] = self.p95_stale
+        return sig
+
+
+def build_context(history: Sequence[Observation], state: State, settings: PolicySettings, now_s: float,
+                  *, learn: bool = True) -> Context:
+    """The context of a decision on ``history``'s last window. ``learn``: remember the device
+    time the window's profile spent (False for a window overlapping a switch, whose profile
+    was half the old one)."""
+    w, s = history[-1], settings
+    current = s.index(state.active)
+    curve = merged_curve(history, s.curve)
+    demand = demand_rps(w)
+    if learn:
+        state = _remember_device(state, w, s.ladder[current], demand, curve, s)
+    made_at = max(demand, demand_rps(history[-2])) if len(history) > 1 else demand
+    trusted = state.last_switch_s is None or w.start_s >= state.last_switch_s + s.p95_settle_s
+    p99_over = s.slo_p99_ms is not None and w.p99_ms is not None and w.p99_ms > s.slo_p99_ms
+    over = trusted and w.p95_ms is not None and (w.p95_ms > s.slo_p95_ms or p99_over)
+    mean = w.mean_request_ms
+    stale = None
+    if over and mean is not None and mean < s.breach_min_mean * s.slo_p95_ms - EPS:
+        stale = f"mean request {mean:.1f} ms < {s.breach_min_mean:g} x SLO"
+    return Context(
+        window=w, history=history, state=state, settings=s, now_s=now_s, current=current, curve=curve,
+        demand_rps=demand, made_at_rps=made_at, capacity=capacities(history, s, curve),
+        forecast=_forecast(history, state, s), costs=_device_costs(w, state, s, current, curve, demand),
+        failures_rps=sum(v for k, v in (w.failure_rps or {}).items() if k in s.failure_reasons),
+        p95_trusted=trusted, p95_stale=stale, breach=over and stale is None,
+    )
+
+
+def demand_rps(w: Observation) -> float:
+    """What the profile must carry: the arrivals, or the completions while a backlog drains."""
+    return max(w.arrival_rps, w.inference_rps)
+
+
+def merged_curve(history: Sequence[Observation], prior: BatchCurve | None) -> BatchCurve | None:
+    """The prior curve overlaid with live points, the most recent window winning."""
+    points: dict[int, float] = dict(prior.points) if prior else {}
+    for w in history:
+        for b, ms in (w.batch_curve_ms or {}).items():
+            if ms and ms > 0 and math.isfinite(ms):
+                points[int(b)] = float(ms)
+    if not points:
+        return None
+    return BatchCurve(points=points, name="merged")
+
+
+def window_signals(w: Observation, current: Profile) -> dict[str, Any]:
+    """The window's own figures, for every decision on it (a stale one's too)."""
+    return {
+        "window_end_s": w.end_s,
+        "inference_rps": w.inference_rps,
+        "arrival_rps": w.arrival_rps,
+        "mean_queue_ms": w.mean_queue_ms,
+        "mean_batch_size": w.mean_batch_size,
+        "pending_requests": w.pending_requests,
+        "pending_delta": w.pending_delta,
+        "p95_ms": w.p95_ms,
+        "p99_ms": w.p99_ms,
+        "utilization": w.utilization,
+        "device_ms_per_request": w.device_ms_per_request,
+        "busy_share": w.busy_share,
+        "max_queue_delay_ms": current.max_queue_delay_us / 1000.0,
+    }
+
+
+def _window_s(w: Observation) -> float:
+    return max(w.end_s - w.start_s, EPS)
+
+
+def _forecast(history: Sequence[Observation], state: State, s: PolicySettings) -> Forecast | None:
+    """Holt's forecast over the latest fresh windows, projected over the reaction time."""
+    if not s.forecast:
+        return None
+    fresh = [h for h in history if not h.stale][-s.forecast_windows:]
+    window_s = _window_s(history[-1])
+    actuation = state.last_actuation_s if state.last_actuation_s is not None else s.default_actuation_s
+    return holt([h.arrival_rps for h in fresh], window_s=window_s,
+                horizon_windows=(window_s + actuation) / window_s, alpha=s.forecast_alpha,
+                beta=s.forecast_beta, z=s.forecast_z, jump_z=s.forecast_jump_z)
+
+
+def _device_costs(w: Observation, state: State, s: PolicySettings, current: int, curve: BatchCurve | None,
+                  demand: float) -> dict[int, Cost]:
+    """Each profile's device ms per request at ``demand``: what it was seen to cost at this
+    load, else the estimate (the curve with its live points, at the instance count in use)
+    corrected by what the windows taught (:mod:`autobatch.policy.memory`)."""
+    if curve is None:
+        return {}
+    live, n = s.ladder[current].name, w.instance_count
+    return {i: device_cost(state.device, p.name, demand, device_ms_estimate(p, demand, curve, n), live)
+            for i, p in enumerate(s.ladder)}
+
+
+def _remember_device(state: State, w: Observation, current: Profile, demand: float, curve: BatchCurve | None,
+                     s: PolicySettings) -> State:
+    """The state with the device time the window's profile spent, at the window's load."""
+    measured = w.device_ms_per_request
+    if measured is None or w.inference_rps <= 0:
+        return state
+    estimated = None if curve is None else device_ms_estimate(current, demand, curve, w.instance_count)
+    device = state.device.remember(current.name, demand, measured, estimated, s.device_alpha)
+    return replace(state, device=device)
+
+
+def _round(x: float | None, digits: int = 1) -> float | None:
+    return None if x is None else round(x, digits)
+
+
+def _share(x: float) -> str:
+    """``x`` as a whole percentage, without the "-0%" of a tiny negative."""
+    return f"{round(x, 2) + 0.0:.0%}"
