@@ -420,8 +420,8 @@ class Rig:
                        "grpc_url": self.triton.urls.grpc},
             "profiles": {"dir": str(self.profiles), "ladder": ["latency-soft", "aggressive"]},
             "slo": {"p95_ms": 150},
-            "policy": {"interval_s": 1, "confirmations": 2, "min_dwell_s": 6, "settle_s": 1.5,
-                       "curve": str(self.curve_file)},
+            "policy": {"interval_s": 1, "curve": str(self.curve_file), "trust": {"settle_s": 1.5},
+                       "stability": {"confirmations": 2, "min_dwell_s": 6}},
             "signals": {"timeout_s": 1},
             "actuator": {"kind": "triton", "timeout_s": 6},
             "server": {"token_file": str(self.workdir / "token")},
@@ -623,7 +623,7 @@ def fault_reload_timeout(rig: Rig) -> dict[str, Any]:
 
 def fault_sidecar_killed(rig: Rig) -> dict[str, Any]:
     out = Outcome("sidecar SIGKILLed mid-switch, restarted")
-    cfg = rig.config(policy={"min_dwell_s": 20})
+    cfg = rig.config(policy={"stability": {"confirmations": 2, "min_dwell_s": 20}})
     with rig.running("killed-sidecar", cfg) as (sc, load, ready, watch):
         t0 = time.time()
         loads = rig.loads_started()
@@ -734,7 +734,7 @@ def fault_haproxy_socket(rig: Rig) -> dict[str, Any]:
             triton={"http_url": triton.urls.http, "metrics_url": triton.urls.metrics},
             profiles={"dir": str(PROFILES / MODEL), "ladder": ["latency-soft", "aggressive"],
                       "initial": "aggressive"},
-            policy={"confirmations": 1000, "min_dwell_s": 3600},
+            policy={"stability": {"confirmations": 1000, "min_dwell_s": 3600}},
             actuator={"kind": "gateway", "socket": str(sock), "backend": "be_variants", "step_dwell_s": 0.5,
                       "retry_s": 0, "variants": {
                           "latency-soft": {"server": "latency", "model": f"{MODEL}__latency"},

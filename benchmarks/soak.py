@@ -9,7 +9,7 @@ minutes through a quiet spell, a bursty overload, a bursty middle and quiet
 again, for ``--minutes``. Every 10 s it samples the sidecar's RSS and open
 file descriptors (``/proc``) and its ``/healthz``; at the end it reads the
 decision log: every switch and the spacing between them, against
-``policy.min_dwell_s``.
+``policy.stability.min_dwell_s``.
 
 What it reports: RSS and FDs at the start (after a minute of warm-up) and at
 the end, and their peaks; switches, the smallest and median gap between
@@ -92,8 +92,8 @@ def main() -> None:
                        "grpc_url": triton.urls.grpc},
             "profiles": {"dir": str(ROOT / "profiles" / MODEL), "ladder": ["latency-soft", "aggressive"]},
             "slo": {"p95_ms": 150},
-            "policy": {"interval_s": 1, "confirmations": 2, "min_dwell_s": DWELL_S, "stabilization_s": 4,
-                       "settle_s": 1.5, "curve": str(work / "curve.yaml")},
+            "policy": {"interval_s": 1, "curve": str(work / "curve.yaml"), "trust": {"settle_s": 1.5},
+                       "stability": {"confirmations": 2, "min_dwell_s": DWELL_S, "stabilization_s": 4}},
             "actuator": {"kind": "triton", "timeout_s": 30},
             "server": {"listen": f"127.0.0.1:{port}"},
             "decision_log": str(decisions),

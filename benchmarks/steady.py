@@ -83,8 +83,8 @@ async def calibrate(server: TritonServer, cfg: Any, profile_name: str, rps: floa
         await asyncio.sleep(seconds / 2)
         window = await src.poll()
     await load
-    factor, share = live_factor([window], cfg.policy.curve, busy_ceiling=cfg.policy.busy_ceiling,
-                                min_busy_share=cfg.policy.live_min_busy)
+    factor, share = live_factor([window], cfg.policy.curve, busy_ceiling=cfg.policy.capacity.busy_ceiling,
+                                min_busy_share=cfg.policy.capacity.live_min_busy)
     curve_cap = capacity_rps(profile, cfg.policy.curve)
     assert curve_cap is not None
     return {

@@ -139,7 +139,7 @@ async def test_switch_is_applied_counted_and_logged(tmp_path):
     act = FakeActuator(live="latency-soft")
     c = Controller(cfg, ScriptedSource(clock, [{}, SATURATED]), act, clock=clock)
     await c.start()
-    clock.t += cfg.policy.settle_s  # the start counts as a switch: windows settle after it
+    clock.t += cfg.policy.trust.settle_s  # the start counts as a switch: windows settle after it
     decisions = await ticks(c, clock, 2)
     # 520/s completed and the backlog grew 40 in 1 s: 560/s arrive, over what latency-soft
     # carries on the dense_mlp curve; balanced is the first rung that carries it x 1.25.

@@ -36,9 +36,84 @@ def test_the_example_config_loads_as_documented():
     assert cfg.model == "dense_mlp"
     assert [p.name for p in cfg.profiles] == ["triton-default", "efficient"]
     assert cfg.policy.slo_p95_ms == 60 and cfg.interval_s == 1
-    assert cfg.policy.confirmations == 2 and cfg.policy.min_dwell_s == 10
+    assert cfg.policy.stability.confirmations == 2 and cfg.policy.stability.min_dwell_s == 10
     assert cfg.policy.curve is not None and cfg.actuator.load_api == "grpc"
     assert (cfg.server.host, cfg.server.port) == ("127.0.0.1", 9400)
+
+
+def test_the_example_configs_use_no_deprecated_spelling():
+    for name in ("sidecar.yaml", "sidecar-gateway.yaml"):
+        assert load_sidecar_config(ROOT / "examples" / name).deprecations == ()
+
+
+def _policy(tmp_path: Path, policy: dict[str, Any]) -> Any:
+    data = example()
+    data["policy"] = {"curve": data["policy"]["curve"], **policy}
+    return sidecar_config_from_mapping(data, "sidecar.yaml", base=tmp_path)
+
+
+# Every policy knob at a value other than its default, in the old flat spelling and grouped.
+FLAT_VALUES = {
+    "max_window_age_s": 12.0, "settle_s": 1.5, "p95_settle_s": 30.0, "breach_min_mean": 0.2,
+    "confirmations": 4, "min_dwell_s": 7.0, "stabilization_s": 9.0, "stabilization_drop": 0.4,
+    "overload_ratio": 1.1, "overload_windows": 3, "overload_backlog_ratio": 0.6,
+    "saturation_delay_ratio": 2.5, "saturation_min_queue_ms": 4.0, "failure_rps_threshold": 0.5,
+    "failure_reasons": ["REJECTED"], "headroom": 0.6, "util_ceiling": 0.5, "min_saving": 0.2,
+    "latency_tolerance": 0.04, "min_freed_share": 0.15, "efficiency_max_busy": 0.7,
+    "efficiency_max_p95": 0.5, "near_delay_ratio": 0.6, "wait_max_busy": 0.8, "capacity_margin": 1.3,
+    "min_gain": 1.2, "busy_ceiling": 0.85, "live_min_busy": 0.25, "device_alpha": 0.4, "forecast": False,
+    "forecast_windows": 8, "forecast_alpha": 0.6, "forecast_beta": 0.2, "forecast_z": 3.0,
+    "forecast_jump_z": 5.0, "default_actuation_s": 2.0,
+}
+
+
+def test_the_old_flat_policy_keys_load_as_their_groups_with_one_line_each(tmp_path):
+    from autobatch.policy.settings import FLAT, GROUPS
+
+    assert set(FLAT_VALUES) == set(FLAT)  # every old key is tried here
+    grouped: dict[str, dict[str, Any]] = {}
+    for old, value in FLAT_VALUES.items():
+        group, name = FLAT[old]
+        grouped.setdefault(group, {})[name] = value
+    old, new = _policy(tmp_path, FLAT_VALUES), _policy(tmp_path, grouped)
+    assert old.policy == new.policy and new.deprecations == ()
+    assert old.policy.stability.min_dwell_s == 7.0 and old.policy.forecast.enabled is False
+    assert old.policy.efficiency.max_busy == 0.7 and old.policy.capacity.margin == 1.3
+    for group in GROUPS:  # no field left at its default: each key reached its field
+        defaults = GROUPS[group]()
+        assert all(getattr(new.policy, group).__dict__[k] != v for k, v in defaults.__dict__.items())
+    assert len(old.deprecations) == len(FLAT)
+    assert all("\n" not in line for line in old.deprecations)
+    assert ("sidecar.yaml: policy.efficiency_max_busy is deprecated: write policy.efficiency.max_busy "
+            "(docs/sidecar.md#policy)") in old.deprecations
+
+
+@pytest.mark.parametrize(
+    ("policy", "message"),
+    [
+        ({"min_dwell_s": 5, "stability": {"min_dwell_s": 6}},
+         "policy.min_dwell_s = 5: is given as policy.stability.min_dwell_s too: keep that one"),
+        ({"forecast": False, "forecast_z": 2},  # the old bool is the flat spelling of forecast.enabled
+         None),
+        ({"forecast": {"enabled": False}, "forecast_z": 2}, None),
+        ({"forecast": {"enabled": "no"}}, "policy.forecast.enabled = 'no': must be true or false"),
+        ({"stability": {"confirmatons": 2}},
+         "policy.stability.confirmatons = 2: unknown field (did you mean confirmations?)"),
+        ({"efficiency": {"max_busy": 0}}, "policy.efficiency.max_busy = 0.0: must be a fraction in (0, 1]"),
+        ({"trust": {"max_window_age_s": 0}}, "policy.trust.max_window_age_s = 0.0: must be > 0"),
+        ({"efficiency": {"min_saving": 0.04}},
+         "policy.efficiency.min_saving = 0.04: must be above latency_tolerance (0.05), or the ladder flaps"),
+        ({"survival": 3}, "policy.survival = 3: must be a mapping of field: value"),
+    ],
+)
+def test_the_policy_groups_are_checked_like_any_field(tmp_path, policy, message):
+    if message is None:
+        cfg = _policy(tmp_path, policy)
+        assert cfg.policy.forecast.enabled is False and cfg.policy.forecast.z == 2
+        return
+    with pytest.raises(ConfigError) as info:
+        _policy(tmp_path, policy)
+    assert str(info.value) == f"sidecar.yaml: {message}"
 
 
 @pytest.mark.parametrize(
@@ -115,7 +190,7 @@ DELETE = object()
         ("profiles.initial", "turbo", "profiles.initial = 'turbo': must be one of the ladder"),
         ("slo.p95_ms", 0, "slo.p95_ms = 0.0: must be > 0"),
         ("slo.p95_ms", "fast", "slo.p95_ms = 'fast': must be a finite number"),
-        ("policy.confirmations", 0, "policy.confirmations = 0: must be >= 1"),
+        ("policy.stability.confirmations", 0, "policy.stability.confirmations = 0: must be >= 1"),
         ("policy.headroom", 1.5, "policy.headroom = 1.5: must be a fraction in [0, 1]"),
         ("policy.interval_s", 0, "policy.interval_s = 0.0: must be >= 0.05"),
         ("policy.busy_ceiling", 0, "policy.busy_ceiling = 0.0: must be a fraction in (0, 1]"),
@@ -169,8 +244,8 @@ DELETE = object()
         # an explicit null is not the default
         ("policy.interval_s", None, "policy.interval_s = None: needs a value (leave the field out for "
          "the default, 1.0)"),
-        ("policy.min_dwell_s", None, "policy.min_dwell_s = None: needs a value"),
-        ("policy.confirmations", None, "policy.confirmations = None: needs a value"),
+        ("policy.stability.min_dwell_s", None, "policy.stability.min_dwell_s = None: needs a value"),
+        ("policy.stability.confirmations", None, "policy.stability.confirmations = None: needs a value"),
         ("policy.forecast", None, "policy.forecast = None: needs a value"),
         ("policy.failure_reasons", None, "policy.failure_reasons = None: needs a value"),
         ("signals.source", None, "signals.source = None: needs a value"),
@@ -237,9 +312,9 @@ def test_every_yaml_reader_takes_1e3(tmp_path):
     curve = BatchCurve.from_mapping(parse_yaml("points: {1: 5e0, 2: 6.5e0}", "c"), "c")
     assert curve.points == {1: 5.0, 2: 6.5}
     data = edit("policy.history_windows", "1e3")
-    data["policy"]["min_dwell_s"] = "1.5e1"
+    data["policy"].setdefault("stability", {})["min_dwell_s"] = "1.5e1"
     cfg = sidecar_config_from_mapping(data, "sidecar.yaml", base=tmp_path)
-    assert (cfg.history_windows, cfg.policy.min_dwell_s) == (1000, 15.0)
+    assert (cfg.history_windows, cfg.policy.stability.min_dwell_s) == (1000, 15.0)
     with pytest.raises(ConfigError, match=r"history_windows = 100000000000000000000: must be <= 100000"):
         sidecar_config_from_mapping(edit("policy.history_windows", "1e20"), "sidecar.yaml", base=tmp_path)
 

@@ -35,7 +35,7 @@ def settings(**kw) -> PolicySettings:
         stabilization_s=0.0, curve=GAINS,
     )
     base.update(kw)
-    return PolicySettings(**base)
+    return PolicySettings.from_flat(**base)
 
 
 def win(end: float = 100.0, **kw) -> Window:
@@ -432,7 +432,7 @@ def test_a_recommendation_made_at_over_twice_the_load_does_not_veto(busy_rps, ve
         assert Reason.STABILIZING in [d.reason for d in decisions[:first_switch]]
         assert 100.0 + 2.0 * first_switch > 102.0 + 10.0
     else:
-        assert first_switch == 2 + s.confirmations - 1
+        assert first_switch == 2 + s.stability.confirmations - 1
 
 
 @pytest.mark.parametrize(("before_rps", "vetoed"), [(100.0, False), (39.0, True)])
@@ -452,7 +452,7 @@ def test_the_window_straddling_a_fall_counts_at_the_rate_before_it(before_rps, v
     if vetoed:
         assert Reason.STABILIZING in [d.reason for d in decisions[:first_switch]]
     else:
-        assert first_switch == 3 + s.confirmations - 1
+        assert first_switch == 3 + s.stability.confirmations - 1
 
 
 def test_p95_rules_wait_for_the_summary_to_forget_the_old_profile():

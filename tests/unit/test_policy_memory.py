@@ -92,7 +92,7 @@ def settings(**kw: Any) -> PolicySettings:
         curve=ONE_INSTANCE, forecast=False,
     )
     base.update(kw)
-    return PolicySettings(**base)
+    return PolicySettings.from_flat(**base)
 
 
 def win(rate: float, *, instances: int = 2, device: float | None = None, live: bool = True,

@@ -44,7 +44,7 @@ def settings(**kw: Any) -> PolicySettings:
         stabilization_s=0.0, curve=GAINS,
     )
     base.update(kw)
-    return PolicySettings(**base)
+    return PolicySettings.from_flat(**base)
 
 
 def win(end: float = 100.0, dt: float = 1.0, **kw: Any) -> Window:

@@ -176,7 +176,8 @@ def test_the_control_api_never_throws(api, method, path, authorization, headers,
     status_line = answer.split(b"\r\n", 1)[0]
     assert status_line.startswith((b"HTTP/1.1 ", b"HTTP/1.0 ")), answer[:200]
     status = int(status_line.split()[1])
-    assert status < 500, answer[:300]
+    # /readyz is 503 by design here: the fixture's source gives no window, so no fresh one.
+    assert status < 500 or (path == "/readyz" and status == 503), answer[:300]
     assert len(answer) < 20_000 or path in ("/metrics", "/status"), "an error echoed too much"
     pins, name = expected_pin(method, path, authorization, body)
     if pins:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import socket
 import stat
@@ -389,7 +390,7 @@ async def test_a_restart_honours_the_pin_and_dwells_before_its_first_switch(tmp_
         if d.switch:
             switched_at = clock()
             break
-    assert switched_at is not None and switched_at - started >= cfg.policy.min_dwell_s
+    assert switched_at is not None and switched_at - started >= cfg.policy.stability.min_dwell_s
     await c2.aclose()
 
 
@@ -599,6 +600,18 @@ async def test_a_world_readable_token_and_a_wide_listen_are_warned_and_counted(t
     assert seen == {"token_file": 1.0, "listen": 1.0}
     assert "chmod 600" in caplog.text and "beyond loopback" in caplog.text
     assert stat.S_IMODE(token.stat().st_mode) == 0o644  # warned, not changed
+
+
+async def test_the_sidecar_logs_each_old_spelling_of_its_config_at_start(tmp_path, caplog):
+    from autobatch.controller.app import run_sidecar
+
+    cfg = make_config(tmp_path)  # flat policy keys: confirmations, min_dwell_s, stabilization_s
+    assert len(cfg.deprecations) == 3
+    stop = asyncio.Event()
+    await run_sidecar(cfg, stop=stop, ready=lambda sidecar: stop.set(), source=ScriptedSource(Clock(), []),
+                      actuator=FakeActuator("balanced"), clock=Clock())
+    logged = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert [m for m in logged if "deprecated" in m] == [f"config: {line}" for line in cfg.deprecations]
 
 
 # -- 3. bounded signals -----------------------------------------------------------------------

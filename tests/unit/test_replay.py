@@ -127,8 +127,8 @@ async def test_cli_replays_a_log_and_rejects_a_bad_trace(tmp_path):
         "profiles": {"dir": str(PROFILES / "dense_mlp"),
                      "ladder": ["latency-soft", "balanced", "aggressive"]},
         "slo": {"p95_ms": 50},
-        "policy": {"interval_s": 1, "confirmations": 2, "min_dwell_s": 4, "stabilization_s": 0,
-                   "curve": str(DATA / "dense_mlp_curve.yaml")},
+        "policy": {"interval_s": 1, "curve": str(DATA / "dense_mlp_curve.yaml"),
+                   "stability": {"confirmations": 2, "min_dwell_s": 4, "stabilization_s": 0}},
     }))
     run = [sys.executable, "-m", "autobatch", "replay", "--config", str(config_file)]
     res = subprocess.run(run + ["--trace", str(cfg.decision_log)], capture_output=True, text=True)
@@ -151,6 +151,27 @@ async def test_cli_replays_a_log_and_rejects_a_bad_trace(tmp_path):
     res = subprocess.run(run + ["--trace", str(torn)], capture_output=True, text=True)
     assert res.returncode == 2
     assert res.stderr.strip().count("\n") == 0 and "not a readable gzip file" in res.stderr, res.stderr
+
+
+async def test_cli_replay_warns_of_an_old_spelling_in_one_line_each(tmp_path):
+    cfg = await record_a_run(tmp_path)
+    config_file = tmp_path / "old.yaml"
+    config_file.write_text(json.dumps({
+        "model": "dense_mlp",
+        "profiles": {"dir": str(PROFILES / "dense_mlp"),
+                     "ladder": ["latency-soft", "balanced", "aggressive"]},
+        "slo": {"p95_ms": 50},
+        "policy": {"interval_s": 1, "confirmations": 2, "min_dwell_s": 4, "stabilization_s": 0,
+                   "curve": str(DATA / "dense_mlp_curve.yaml")},
+    }))
+    res = subprocess.run([sys.executable, "-m", "autobatch", "replay", "--config", str(config_file),
+                          "--trace", str(cfg.decision_log)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.splitlines() == [
+        f"autobatch: warning: {config_file}: policy.{old} is deprecated: write policy.stability.{old} "
+        "(docs/sidecar.md#policy)" for old in ("confirmations", "min_dwell_s", "stabilization_s")]
+    n = len(cfg.decision_log.read_text().splitlines())
+    assert f"agrees with the recorded decisions on {n}/{n} ticks" in res.stdout
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from autobatch.cli.app import app, out, print_json
+from autobatch.cli.app import app, out, print_json, warn
 from autobatch.cli.lab import int_list
 from autobatch.cli.options import (
     BatchOverheadOption,
@@ -383,6 +383,8 @@ def replay(
     from autobatch.plan.replay import replay as run_replay
 
     cfg = load_sidecar_config(config)
+    for line in cfg.deprecations:
+        warn(line)
     lines = read_text(trace, what="a JSON-lines trace").splitlines()
     steps = run_replay(
         parse_trace(lines, str(trace)), cfg.policy, initial=initial, history_windows=cfg.history_windows

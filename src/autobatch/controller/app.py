@@ -142,6 +142,8 @@ async def run_sidecar(
     )
     for _, sentence in warnings:
         log.warning("exposure: %s", sentence)
+    for line in config.deprecations:
+        log.warning("config: %s", line)
     controller.metrics.set_exposure(EXPOSURE_KINDS, [kind for kind, _ in warnings])
     server = ControlServer(
         controller, config.server.host, config.server.port, token,

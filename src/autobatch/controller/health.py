@@ -16,7 +16,7 @@ progress too.
 
 **Readiness** is "the controller sees the model": ``/readyz`` is 503 while the
 signals are stale: the latest read failed, no fresh window has come in yet,
-or the newest fresh one ended longer than ``policy.max_window_age_s`` ago. A
+or the newest fresh one ended longer than ``policy.trust.max_window_age_s`` ago. A
 window that is stale because of a reload (its counters restarted) does not
 make the sidecar unready by itself: the read worked.
 
@@ -106,5 +106,5 @@ class Health:
         age = now - self.last_fresh_end_s
         if age > self.max_age_s:
             return Verdict(False, f"signals stale: the newest fresh window ended {age:.1f} s ago "
-                                  f"(> policy.max_window_age_s = {self.max_age_s:g} s)")
+                                  f"(> policy.trust.max_window_age_s = {self.max_age_s:g} s)")
         return Verdict(True, f"ok: the newest fresh window ended {age:.1f} s ago")

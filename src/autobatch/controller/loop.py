@@ -138,8 +138,8 @@ class Controller:
         self.metrics = ControllerMetrics(self.registry, config.model, names)
         self.metrics.describe(
             slo_p95_ms=config.policy.slo_p95_ms,
-            min_dwell_s=config.policy.min_dwell_s,
-            max_window_age_s=config.policy.max_window_age_s,
+            min_dwell_s=config.policy.stability.min_dwell_s,
+            max_window_age_s=config.policy.trust.max_window_age_s,
             ladder=config.profiles,
             started_s=clock(),
         )
@@ -150,7 +150,7 @@ class Controller:
         self.health = Health(
             bound_s=config.liveness_bound_s,
             tick_limit_s=config.signals.timeout_s + 2 * config.actuation_limit_s + 2 * FILE_TIMEOUT_S,
-            max_age_s=config.policy.max_window_age_s,
+            max_age_s=config.policy.trust.max_window_age_s,
             started_s=clock(),
         )
         self.metrics.health(

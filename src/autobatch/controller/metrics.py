@@ -95,13 +95,13 @@ class ControllerMetrics:
         )
         self.min_dwell_s = Gauge(
             "autobatch_min_dwell_seconds",
-            "No policy switch within this long after the previous one (policy.min_dwell_s).",
+            "No policy switch within this long after the previous one (policy.stability.min_dwell_s).",
             ["model"],
             registry=registry,
         )
         self.max_window_age_s = Gauge(
             "autobatch_max_window_age_seconds",
-            "A window older than this is stale and the policy holds (policy.max_window_age_s).",
+            "A window older than this is stale and the policy holds (policy.trust.max_window_age_s).",
             ["model"],
             registry=registry,
         )

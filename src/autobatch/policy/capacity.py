@@ -188,8 +188,8 @@ def capacities(history: Sequence[Observation], settings: PolicySettings,
     not also lower them: their slowdown is in the factor already."""
     s = settings
     reference = s.curve if s.curve is not None else curve
-    factor = live_factor(history, reference, busy_ceiling=s.busy_ceiling,
-                         min_busy_share=s.live_min_busy).factor
+    factor = live_factor(history, reference, busy_ceiling=s.capacity.busy_ceiling,
+                         min_busy_share=s.capacity.live_min_busy).factor
     scale = factor if factor is not None else 1.0
     n = history[-1].instance_count if history else None
     rps: dict[int, float | None] = {}

@@ -102,7 +102,7 @@ class Context:
     def queue_is_backlog(self) -> bool:
         """Requests queue far beyond the live profile's max delay (``saturation_delay_ratio``
         x the delay, at least ``saturation_min_queue_ms``): a backlog, not the batcher's wait."""
-        q, s = self.window.mean_queue_ms, self.settings
+        q, s = self.window.mean_queue_ms, self.settings.survival
         return q is not None and q > max(s.saturation_delay_ratio * self.delay_ms, s.saturation_min_queue_ms)
 
     @property
@@ -114,9 +114,9 @@ class Context:
         q, b, share = w.mean_queue_ms, w.mean_batch_size, w.busy_share
         return (
             q is not None and b is not None and self.delay_ms > 0
-            and q >= s.near_delay_ratio * self.delay_ms
+            and q >= s.efficiency.near_delay_ratio * self.delay_ms
             and b < min(self.profile.effective_preferred)
-            and (share is None or share < s.wait_max_busy)
+            and (share is None or share < s.efficiency.wait_max_busy)
         )
 
     @property
@@ -127,7 +127,8 @@ class Context:
             return None
         below = self.saving(self.current, self.current - 1)
         mean = self.window.mean_request_ms
-        if self.same_cost(below) or mean is None or mean >= self.settings.headroom * self.settings.slo_p95_ms:
+        limit = self.settings.efficiency.headroom * self.settings.slo_p95_ms
+        if self.same_cost(below) or mean is None or mean >= limit:
             return None
         low, cur = self.costs[self.current - 1], self.costs[self.current]
         return (f"the wait pays: {self.ladder[self.current - 1].name} would spend {low.ms:.2f} ms of device "
@@ -146,7 +147,7 @@ class Context:
         share = 1.0 - cost.ms / cur.ms if cur.ms > 0 else 0.0
         freed = self.freed_share(cur.ms, cost.ms)
         refused = None
-        if share < s.min_saving - EPS or freed < s.min_freed_share - EPS:
+        if share < s.efficiency.min_saving - EPS or freed < s.efficiency.min_freed_share - EPS:
             refused = (f"{self.ladder[to].name} saves {_share(share)} ({cost.source}), "
                        f"frees {_share(freed)}")
         return Saving(share, freed, refused)
@@ -157,8 +158,8 @@ class Context:
         request, or under half ``min_freed_share`` of the instances' time."""
         s = self.settings
         dev_low, dev_cur = self.costs[self.current - 1].ms, self.costs[self.current].ms
-        return (dev_low <= dev_cur * (1 + s.latency_tolerance) + EPS
-                or -below.freed < s.min_freed_share / 2 - EPS)
+        return (dev_low <= dev_cur * (1 + s.efficiency.latency_tolerance) + EPS
+                or -below.freed < s.efficiency.min_freed_share / 2 - EPS)
 
     def signals(self) -> dict[str, Any]:
         """The figures the decision rested on, for the log, /status and replay."""
@@ -199,18 +200,18 @@ def build_context(history: Sequence[Observation], state: State, settings: Policy
     if learn:
         state = _remember_device(state, w, s.ladder[current], demand, curve, s)
     made_at = max(demand, demand_rps(history[-2])) if len(history) > 1 else demand
-    trusted = state.last_switch_s is None or w.start_s >= state.last_switch_s + s.p95_settle_s
+    trusted = state.last_switch_s is None or w.start_s >= state.last_switch_s + s.trust.p95_settle_s
     p99_over = s.slo_p99_ms is not None and w.p99_ms is not None and w.p99_ms > s.slo_p99_ms
     over = trusted and w.p95_ms is not None and (w.p95_ms > s.slo_p95_ms or p99_over)
     mean = w.mean_request_ms
     stale = None
-    if over and mean is not None and mean < s.breach_min_mean * s.slo_p95_ms - EPS:
-        stale = f"mean request {mean:.1f} ms < {s.breach_min_mean:g} x SLO"
+    if over and mean is not None and mean < s.trust.breach_min_mean * s.slo_p95_ms - EPS:
+        stale = f"mean request {mean:.1f} ms < {s.trust.breach_min_mean:g} x SLO"
     return Context(
         window=w, history=history, state=state, settings=s, now_s=now_s, current=current, curve=curve,
         demand_rps=demand, made_at_rps=made_at, capacity=capacities(history, s, curve),
         forecast=_forecast(history, state, s), costs=_device_costs(w, state, s, current, curve, demand),
-        failures_rps=sum(v for k, v in (w.failure_rps or {}).items() if k in s.failure_reasons),
+        failures_rps=sum(v for k, v in (w.failure_rps or {}).items() if k in s.protective.failure_reasons),
         p95_trusted=trusted, p95_stale=stale, breach=over and stale is None,
     )
 
@@ -257,14 +258,16 @@ def _window_s(w: Observation) -> float:
 
 def _forecast(history: Sequence[Observation], state: State, s: PolicySettings) -> Forecast | None:
     """Holt's forecast over the latest fresh windows, projected over the reaction time."""
-    if not s.forecast:
+    if not s.forecast.enabled:
         return None
-    fresh = [h for h in history if not h.stale][-s.forecast_windows:]
+    fresh = [h for h in history if not h.stale][-s.forecast.windows:]
     window_s = _window_s(history[-1])
-    actuation = state.last_actuation_s if state.last_actuation_s is not None else s.default_actuation_s
+    actuation = state.last_actuation_s
+    if actuation is None:
+        actuation = s.forecast.default_actuation_s
     return holt([h.arrival_rps for h in fresh], window_s=window_s,
-                horizon_windows=(window_s + actuation) / window_s, alpha=s.forecast_alpha,
-                beta=s.forecast_beta, z=s.forecast_z, jump_z=s.forecast_jump_z)
+                horizon_windows=(window_s + actuation) / window_s, alpha=s.forecast.alpha,
+                beta=s.forecast.beta, z=s.forecast.z, jump_z=s.forecast.jump_z)
 
 
 def _device_costs(w: Observation, state: State, s: PolicySettings, current: int, curve: BatchCurve | None,
@@ -286,7 +289,7 @@ def _remember_device(state: State, w: Observation, current: Profile, demand: flo
     if measured is None or w.inference_rps <= 0:
         return state
     estimated = None if curve is None else device_ms_estimate(current, demand, curve, w.instance_count)
-    device = state.device.remember(current.name, demand, measured, estimated, s.device_alpha)
+    device = state.device.remember(current.name, demand, measured, estimated, s.capacity.device_alpha)
     return replace(state, device=device)
 
 

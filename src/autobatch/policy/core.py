@@ -83,7 +83,7 @@ def decide(
         sig = window_signals(history[-1], settings.ladder[settings.index(state.active)]) if history else {}
         return _hold(state, held, now, sig), state
     w = history[-1]
-    if state.last_switch_s is not None and w.start_s < state.last_switch_s + settings.settle_s - EPS:
+    if state.last_switch_s is not None and w.start_s < state.last_switch_s + settings.trust.settle_s - EPS:
         return settle(history, state, settings, now)
     ctx = build_context(history, state, settings, now)
     rec = recommend(ctx)
@@ -118,9 +118,9 @@ def guard(history: Sequence[Observation], state: State, settings: PolicySettings
     w = history[-1]
     if w.stale:
         return Hold(Reason.STALE, f"window is stale ({w.stale_reason})")
-    if now - w.end_s > settings.max_window_age_s + EPS:
-        return Hold(Reason.STALE,
-                    f"latest window ended {now - w.end_s:.1f} s ago (> {settings.max_window_age_s:g} s)")
+    max_age = settings.trust.max_window_age_s
+    if now - w.end_s > max_age + EPS:
+        return Hold(Reason.STALE, f"latest window ended {now - w.end_s:.1f} s ago (> {max_age:g} s)")
     if state.last_window_end_s is not None and w.end_s <= state.last_window_end_s + EPS:
         # The scraper did not advance: nothing new to count.
         return Hold(Reason.NO_DATA, "no new window since the last decision")
@@ -149,7 +149,7 @@ def settle(history: Sequence[Observation], state: State, settings: PolicySetting
 def confirm(move: Move) -> Hold | None:
     """Hold until ``confirmations`` windows in a row recommend the target; survival acts on
     one (a backlog grows meanwhile)."""
-    needed = 1 if move.survival else move.ctx.settings.confirmations
+    needed = 1 if move.survival else move.ctx.settings.stability.confirmations
     if move.state.streak >= needed:
         return None
     return Hold(Reason.CONFIRMING, f"{move.rec.message}; confirming ({move.state.streak}/{needed})")
@@ -163,9 +163,9 @@ def dwell(move: Move) -> Hold | None:
     if (move.survival and not st.last_switch_failed) or _undoes_efficiency(move) or st.last_switch_s is None:
         return None
     elapsed = move.ctx.now_s - st.last_switch_s
-    if elapsed >= s.min_dwell_s - EPS:
+    if elapsed >= s.stability.min_dwell_s - EPS:
         return None
-    return Hold(Reason.DWELL, f"{move.rec.message}; dwell: {s.min_dwell_s - elapsed:.0f} s left")
+    return Hold(Reason.DWELL, f"{move.rec.message}; dwell: {s.stability.min_dwell_s - elapsed:.0f} s left")
 
 
 def stabilise(move: Move) -> Hold | None:
@@ -176,13 +176,13 @@ def stabilise(move: Move) -> Hold | None:
     if not move.toward_latency or move.rec.reason not in (Reason.SELF_INFLICTED_WAIT, Reason.LOW_LOAD):
         return None
     vetoes = [(i, rate) for _, i, rate in move.state.recommendations
-              if i > move.rec.target and rate * s.stabilization_drop <= ctx.demand_rps + EPS]
+              if i > move.rec.target and rate * s.stability.stabilization_drop <= ctx.demand_rps + EPS]
     if not vetoes:
         return None
     most, at = max(vetoes)
     return Hold(Reason.STABILIZING, (
         f"{move.rec.message}; a recommendation for {ctx.ladder[most].name} in the last "
-        f"{s.stabilization_s:g} s (at {at:.0f}/s) vetoes it"))
+        f"{s.stability.stabilization_s:g} s (at {at:.0f}/s) vetoes it"))
 
 
 def busy_veto(move: Move) -> Hold | None:
@@ -192,11 +192,11 @@ def busy_veto(move: Move) -> Hold | None:
     ctx, s = move.ctx, move.ctx.settings
     busy = ctx.window.busy_share
     if not (move.toward_latency and move.rec.reason.kind == "efficiency" and busy is not None
-            and busy > s.efficiency_max_busy + EPS and ctx.queue_is_backlog):
+            and busy > s.efficiency.max_busy + EPS and ctx.queue_is_backlog):
         return None
     return Hold(Reason.SATURATED, (
         f"{move.rec.message}; but the queue ({ctx.window.mean_queue_ms:.1f} ms) is a backlog and the "
-        f"instances are {busy:.0%} busy (> {s.efficiency_max_busy:.0%}): a reload now takes them for "
+        f"instances are {busy:.0%} busy (> {s.efficiency.max_busy:.0%}): a reload now takes them for "
         "seconds and shortens no wait"))
 
 
@@ -224,7 +224,7 @@ def _count(ctx: Context, rec: Recommendation) -> State:
     """The state with the window counted: its recommendation recorded (with the rate it
     counts as made at, for :func:`stabilise`) and the streak toward its target counted."""
     s, st = ctx.settings, ctx.state
-    recs = tuple(r for r in st.recommendations if ctx.now_s - r[0] <= s.stabilization_s)
+    recs = tuple(r for r in st.recommendations if ctx.now_s - r[0] <= s.stability.stabilization_s)
     st = replace(st, last_window_end_s=ctx.window.end_s,
                  recommendations=(*recs, (ctx.now_s, rec.target, ctx.made_at_rps)))
     if rec.target == ctx.current:
@@ -240,7 +240,7 @@ def _undoes_efficiency(move: Move) -> bool:
     st, s = move.state, move.ctx.settings
     return (move.toward_latency and move.rec.reason.direct and not st.last_switch_failed
             and st.efficiency_up_rps is not None
-            and move.ctx.made_at_rps <= s.stabilization_drop * st.efficiency_up_rps + EPS)
+            and move.ctx.made_at_rps <= s.stability.stabilization_drop * st.efficiency_up_rps + EPS)
 
 
 def _hold(state: State, hold: Hold, now: float, sig: Mapping[str, Any]) -> Decision:

@@ -89,15 +89,15 @@ def overload(ctx: Context) -> Recommendation | None:
     s, w, c = ctx.settings, ctx.window, ctx.capacity.rps[ctx.current]
     if c is None:
         return None
-    over = w.arrival_rps > c * s.overload_ratio + EPS
+    over = w.arrival_rps > c * s.survival.overload_ratio + EPS
     backlog = w.pending_requests or 0.0
     drain_ms = backlog / max(c, EPS) * 1000.0
-    if not (over or (_backlog_grew(ctx) and drain_ms > s.overload_backlog_ratio * s.slo_p95_ms)):
+    if not (over or (_backlog_grew(ctx) and drain_ms > s.survival.overload_backlog_ratio * s.slo_p95_ms)):
         return None
     why = (
         f"overload: {w.arrival_rps:.0f}/s arrive, {ctx.profile.name} carries {c:.0f}/s"
         if over else
-        f"overload: the backlog grew {s.overload_windows} windows in a row to "
+        f"overload: the backlog grew {s.survival.overload_windows} windows in a row to "
         f"{backlog:.0f} requests ({drain_ms:.0f} ms to drain at {c:.0f}/s)"
     )
     return toward_capacity(ctx, ctx.demand_rps, Reason.OVERLOAD, why)
@@ -124,7 +124,7 @@ def forecast(ctx: Context) -> Recommendation | None:
     live profile carries, and the trend stands out of the noise: toward a profile that
     carries them."""
     f, c = ctx.forecast, ctx.capacity.rps[ctx.current]
-    if f is None or c is None or not f.rising or f.rps * ctx.settings.capacity_margin <= c + EPS:
+    if f is None or c is None or not f.rising or f.rps * ctx.settings.capacity.margin <= c + EPS:
         return None
     reaction = round(ctx.reaction_s or 0.0, 2)
     rec = toward_capacity(ctx, f.rps, Reason.FORECAST, (
@@ -138,7 +138,7 @@ def forecast(ctx: Context) -> Recommendation | None:
 
 def failures(ctx: Context) -> Recommendation | None:
     """Rejected or timed-out requests over ``failure_rps_threshold``: a step toward latency."""
-    if ctx.failures_rps <= ctx.settings.failure_rps_threshold + EPS:
+    if ctx.failures_rps <= ctx.settings.protective.failure_rps_threshold + EPS:
         return None
     why = f"{ctx.failures_rps:.2f} failed requests/s (rejected or timed out)"
     return toward_latency(ctx, Reason.FAILURES, why)
@@ -172,8 +172,8 @@ def no_gain(ctx: Context) -> Recommendation | None:
     s, w = ctx.settings, ctx.window
     if ctx.current == 0 or not ctx.costs or ctx.delay_ms <= 0:
         return None
-    share, q = w.busy_share, w.mean_queue_ms
-    if share is None or share < s.wait_max_busy or q is None or q < s.near_delay_ratio * ctx.delay_ms:
+    share, q, eff = w.busy_share, w.mean_queue_ms, s.efficiency
+    if share is None or share < eff.wait_max_busy or q is None or q < eff.near_delay_ratio * ctx.delay_ms:
         return None
     below = ctx.saving(ctx.current, ctx.current - 1)
     low, cur = ctx.costs[ctx.current - 1], ctx.costs[ctx.current]
@@ -238,13 +238,14 @@ def low_load(ctx: Context) -> Recommendation | None:
     load without a backlog, and the instances idle (busy under ``wait_max_busy``): a step
     toward latency."""
     share = ctx.window.busy_share
-    if ctx.current == 0 or not ctx.costs or (share is not None and share >= ctx.settings.wait_max_busy):
+    busy = share is not None and share >= ctx.settings.efficiency.wait_max_busy
+    if ctx.current == 0 or not ctx.costs or busy:
         return None
     below = ctx.saving(ctx.current, ctx.current - 1)
     if not ctx.same_cost(below):
         return None
     f = ctx.capacity.floor[ctx.current - 1]
-    if f is not None and f < ctx.demand_rps * ctx.settings.capacity_margin:
+    if f is not None and f < ctx.demand_rps * ctx.settings.capacity.margin:
         return None
     low, cur = ctx.costs[ctx.current - 1], ctx.costs[ctx.current]
     return Recommendation(ctx.current - 1, Reason.LOW_LOAD, (
@@ -259,34 +260,44 @@ def steady(ctx: Context) -> Recommendation:
 
 
 RULES: tuple[Rule, ...] = (
+    # survival: the profile cannot carry the load; one window decides
     Rule("survival", overload, (
         "capacity", "demand_rps", "window.arrival_rps", "window.pending_requests", "window.pending_delta",
-        "overload_ratio", "overload_windows", "overload_backlog_ratio", "capacity_margin", "min_gain")),
+        "survival.overload_ratio", "survival.overload_windows", "survival.overload_backlog_ratio",
+        "capacity.margin", "capacity.min_gain")),
     Rule("survival", saturation, (
         "capacity", "demand_rps", "window.mean_queue_ms", "window.pending_requests", "window.pending_delta",
-        "saturation_delay_ratio", "saturation_min_queue_ms", "overload_windows", "capacity_margin",
-        "min_gain")),
-    Rule("survival", forecast, ("forecast", "capacity", "capacity_margin", "min_gain")),
-    Rule("protective", failures, ("failures_rps", "capacity", "failure_rps_threshold", "capacity_margin")),
+        "survival.saturation_delay_ratio", "survival.saturation_min_queue_ms", "survival.overload_windows",
+        "capacity.margin", "capacity.min_gain")),
+    Rule("survival", forecast, ("forecast", "capacity", "capacity.margin", "capacity.min_gain")),
+    # protective: failures
+    Rule("protective", failures, (
+        "failures_rps", "capacity", "protective.failure_rps_threshold", "protective.failure_reasons",
+        "capacity.margin")),
+    # efficiency toward latency: a wait that buys nothing
     Rule("efficiency", self_inflicted_wait, (
-        "costs", "capacity", "window.mean_queue_ms", "window.mean_batch_size", "window.busy_share",
-        "window.mean_request_ms", "near_delay_ratio", "wait_max_busy", "latency_tolerance", "headroom")),
+        "waiting", "wait_pays", "costs", "capacity", "window.mean_queue_ms", "window.mean_batch_size",
+        "window.busy_share", "window.mean_request_ms", "efficiency.near_delay_ratio",
+        "efficiency.wait_max_busy", "efficiency.latency_tolerance", "efficiency.headroom")),
     Rule("efficiency", no_gain, (
-        "costs", "capacity", "window.busy_share", "window.mean_queue_ms", "wait_max_busy", "near_delay_ratio",
-        "latency_tolerance", "min_freed_share")),
+        "costs", "capacity", "window.busy_share", "window.mean_queue_ms", "efficiency.wait_max_busy",
+        "efficiency.near_delay_ratio", "efficiency.latency_tolerance", "efficiency.min_freed_share")),
+    # protective: the p95, once trusted
     Rule("protective", relieved, ("breach", "window.p95_ms", "state.relief_from")),
     Rule("protective", slo_breach, (
-        "breach", "window.p95_ms", "window.p99_ms", "capacity", "breach_min_mean")),
+        "breach", "window.p95_ms", "window.p99_ms", "window.mean_request_ms", "capacity",
+        "trust.breach_min_mean", "trust.p95_settle_s")),
     Rule("protective", relief, (
-        "breach", "costs", "capacity", "window.busy_share", "state.relief_worse", "min_saving",
-        "min_freed_share", "efficiency_max_busy", "stabilization_drop")),
+        "breach", "costs", "capacity", "window.busy_share", "state.relief_worse", "efficiency.min_saving",
+        "efficiency.min_freed_share", "efficiency.max_busy", "stability.stabilization_drop")),
+    # efficiency
     Rule("efficiency", efficiency, (
-        "p95_trusted", "costs", "capacity", "curve", "window.p95_ms", "window.utilization",
-        "window.busy_share", "headroom", "util_ceiling", "min_saving", "min_freed_share",
-        "efficiency_max_busy", "efficiency_max_p95")),
+        "p95_trusted", "breach", "costs", "capacity", "curve", "window.p95_ms", "window.utilization",
+        "window.busy_share", "efficiency.headroom", "efficiency.util_ceiling", "efficiency.min_saving",
+        "efficiency.min_freed_share", "efficiency.max_busy", "efficiency.max_p95")),
     Rule("efficiency", low_load, (
-        "costs", "capacity", "window.busy_share", "wait_max_busy", "latency_tolerance", "min_freed_share",
-        "capacity_margin")),
+        "costs", "capacity", "window.busy_share", "efficiency.wait_max_busy", "efficiency.latency_tolerance",
+        "efficiency.min_freed_share", "capacity.margin")),
 )
 """The rules in priority order: survival first, then failures, the waits that buy nothing,
 the p95 rules and the efficiency steps. Add a rule as a row where its priority lies."""
@@ -302,7 +313,7 @@ def toward_latency(ctx: Context, reason: Reason, why: str) -> Recommendation:
         return Recommendation(ctx.current, Reason.AT_LIMIT,
                               f"{why}; already at the most latency-oriented profile")
     lower, c = ctx.ladder[ctx.current - 1], ctx.capacity.floor[ctx.current - 1]
-    if c is not None and c < ctx.demand_rps * ctx.settings.capacity_margin:
+    if c is not None and c < ctx.demand_rps * ctx.settings.capacity.margin:
         return Recommendation(ctx.current, Reason.CAPACITY, (
             f"{why}; but {lower.name} carries only {c:.0f}/s without a backlog, "
             f"for a load of {ctx.demand_rps:.0f}/s"))
@@ -317,16 +328,16 @@ def toward_capacity(ctx: Context, need_rps: float, reason: Reason, why: str) -> 
     c = cap[ctx.current]
     assert c is not None
     carries = [i for i, x in cap.items()
-               if x is not None and x > c + EPS and x >= need_rps * s.capacity_margin - EPS]
+               if x is not None and x > c + EPS and x >= need_rps * s.capacity.margin - EPS]
     if carries:
         i = min(carries)
         return Recommendation(i, reason, f"{why}: {ctx.ladder[i].name} carries {cap[i]:.0f}/s")
     best = max(range(len(ctx.ladder)), key=lambda i: (cap[i] or 0.0, -i))
     top = cap[best] or 0.0
-    if best != ctx.current and top >= c * s.min_gain - EPS:
+    if best != ctx.current and top >= c * s.capacity.min_gain - EPS:
         return Recommendation(best, reason, (
             f"{why}: {ctx.ladder[best].name} carries the most, {top:.0f}/s (less than "
-            f"{need_rps:.0f}/s x {s.capacity_margin:g})"))
+            f"{need_rps:.0f}/s x {s.capacity.margin:g})"))
     return Recommendation(ctx.current, Reason.SATURATED,
                           f"{why}; no profile adds capacity on this curve: only more replicas help")
 
@@ -342,17 +353,17 @@ def _recent_fresh(ctx: Context) -> list[bool] | None:
     """For each of the last ``overload_windows`` windows, whether it is fresh and after the
     settling of the last switch; None when there are fewer."""
     s, last = ctx.settings, ctx.state.last_switch_s
-    tail = list(ctx.history)[-s.overload_windows:]
-    if len(tail) < s.overload_windows:
+    tail = list(ctx.history)[-s.survival.overload_windows:]
+    if len(tail) < s.survival.overload_windows:
         return None
-    return [not h.stale and (last is None or h.start_s >= last + s.settle_s - EPS) for h in tail]
+    return [not h.stale and (last is None or h.start_s >= last + s.trust.settle_s - EPS) for h in tail]
 
 
 def _backlog_grew(ctx: Context) -> bool:
     """The pending gauge grew in each of the last ``overload_windows`` windows, all fresh and
     after the settling of the last switch."""
     fresh = _recent_fresh(ctx)
-    tail = list(ctx.history)[-ctx.settings.overload_windows:]
+    tail = list(ctx.history)[-ctx.settings.survival.overload_windows:]
     return fresh is not None and all(fresh) and all((h.pending_delta or 0.0) > 0 for h in tail)
 
 
@@ -360,7 +371,7 @@ def _backlog_persists(ctx: Context, deep: float) -> bool:
     """In each of the last ``overload_windows`` fresh windows after the settling of the last
     switch, the backlog grew or held more than ``deep`` requests."""
     fresh = _recent_fresh(ctx)
-    tail = list(ctx.history)[-ctx.settings.overload_windows:]
+    tail = list(ctx.history)[-ctx.settings.survival.overload_windows:]
     return fresh is not None and all(fresh) and all(
         (h.pending_delta or 0.0) > 0 or (h.pending_requests or 0.0) > deep for h in tail)
 
@@ -379,38 +390,39 @@ def _relief_offer(ctx: Context) -> Offer:
     s, demand = ctx.settings, ctx.demand_rps
     if not ctx.costs:
         return Offer()
-    worse, refused = ctx.state.relief_worse, []
+    worse, refused, drop = ctx.state.relief_worse, [], s.stability.stabilization_drop
     for i in range(1, len(ctx.ladder)):
         name, cost, saving = ctx.ladder[i].name, ctx.costs[i], ctx.saving(0, i)
         c = ctx.capacity.rps[i]
         if saving.refused:
             refused.append(saving.refused)
-        elif c is not None and c < demand * s.capacity_margin:
+        elif c is not None and c < demand * s.capacity.margin:
             refused.append(f"{name} carries only {c:.0f}/s")
         elif worse is not None and worse[0] == name and (
-                s.stabilization_drop * worse[1] - EPS <= demand <= worse[1] / s.stabilization_drop + EPS):
+                drop * worse[1] - EPS <= demand <= worse[1] / drop + EPS):
             refused.append(f"{name} read worse (or did not take) at {worse[1]:.0f}/s")
-        elif (busy := ctx.window.busy_share) is not None and busy > s.efficiency_max_busy + EPS:
+        elif (busy := ctx.window.busy_share) is not None and busy > s.efficiency.max_busy + EPS:
             return Offer(refused=f"{name} would spend {saving.share:.0%} less device time ({cost.source}), "
-                                 f"but the instances are {busy:.0%} busy (> {s.efficiency_max_busy:.0%})")
+                                 f"but the instances are {busy:.0%} busy (> {s.efficiency.max_busy:.0%})")
         else:
             return Offer(Recommendation(i, Reason.RELIEF, (
                 f"relief: {_breach(ctx)} at the most latency-oriented profile; {name} spends "
                 f"{cost.ms:.2f} ms of device time per request ({cost.source}) vs {ctx.costs[0].ms:.2f} "
                 f"at {demand:.0f}/s ({saving.share:.0%} less, {saving.freed:.0%} of the instances' "
                 "time): fewer, larger batches")))
-    return Offer(refused=f"nothing above relieves it: {'; '.join(refused)}; need {s.min_saving:.0%} "
-                         f"less device time and {s.min_freed_share:.0%} of the instances freed")
+    return Offer(refused=f"nothing above relieves it: {'; '.join(refused)}; need "
+                         f"{s.efficiency.min_saving:.0%} less device time and "
+                         f"{s.efficiency.min_freed_share:.0%} of the instances freed")
 
 
 def _step_up(ctx: Context) -> Offer:
     """The efficiency step toward throughput, or why none pays when the p95 allows judging
     one (None: the p95 does not: untrusted, over the SLO, or near the headroom)."""
     s, w, demand = ctx.settings, ctx.window, ctx.demand_rps
-    limit = s.headroom * s.slo_p95_ms
+    limit = s.efficiency.headroom * s.slo_p95_ms
     if not ctx.p95_trusted or ctx.breach or w.p95_ms is None:
         return Offer()
-    if w.p95_ms >= limit or not (w.utilization is None or w.utilization < s.util_ceiling):
+    if w.p95_ms >= limit or not (w.utilization is None or w.utilization < s.efficiency.util_ceiling):
         return Offer()
     if ctx.current == len(ctx.ladder) - 1 or ctx.curve is None:
         return Offer()
@@ -418,19 +430,20 @@ def _step_up(ctx: Context) -> Offer:
     best = search.best
     if best is None:
         return Offer(refused=f"p95 has headroom, but at {demand:.0f}/s nothing above pays "
-                             f"({'; '.join(search.refused)}; need {s.min_saving:.0%} less device time and "
-                             f"{s.min_freed_share:.0%} of the instances freed, p95 under {limit:g} ms)")
+                             f"({'; '.join(search.refused)}; need {s.efficiency.min_saving:.0%} less device "
+                             f"time and {s.efficiency.min_freed_share:.0%} of the instances freed, p95 under "
+                             f"{limit:g} ms)")
     name, cost = ctx.ladder[best.index].name, ctx.costs[best.index]
-    busy, room = w.busy_share, s.efficiency_max_p95 * s.slo_p95_ms
-    if busy is not None and busy > s.efficiency_max_busy + EPS:
+    busy, room = w.busy_share, s.efficiency.max_p95 * s.slo_p95_ms
+    if busy is not None and busy > s.efficiency.max_busy + EPS:
         # A reload loads a second copy on the busy devices: the move would cost the SLO.
         return Offer(refused=f"{name} would save {best.share:.0%} of the device time ({cost.source}), "
-                             f"but the instances are {busy:.0%} busy (> {s.efficiency_max_busy:.0%}): no "
+                             f"but the instances are {busy:.0%} busy (> {s.efficiency.max_busy:.0%}): no "
                              "room to make the move")
     if w.p95_ms > room + EPS:
         # While a reload runs the instances serve on shared devices and the tail grows.
         return Offer(refused=f"{name} would save {best.share:.0%} of the device time ({cost.source}), "
-                             f"but p95 {w.p95_ms:.1f} ms is over {s.efficiency_max_p95:.0%} of the SLO "
+                             f"but p95 {w.p95_ms:.1f} ms is over {s.efficiency.max_p95:.0%} of the SLO "
                              f"({room:g} ms): no room for the move's own disturbance")
     return Offer(Recommendation(best.index, Reason.EFFICIENCY, (
         f"efficiency: {name} spends {cost.ms:.2f} ms of device time per request ({cost.source}) vs "
@@ -461,7 +474,7 @@ def _search_above(ctx: Context, p95_ms: float, limit_ms: float) -> Search:
         predicted = p95_ms + max(0.0, added)
         if predicted >= limit_ms:
             refused.append(f"{nxt.name} saves {saving.share:.0%} but its p95 would be ~{predicted:.0f} ms")
-        elif c is not None and c < demand * s.capacity_margin:
+        elif c is not None and c < demand * s.capacity.margin:
             refused.append(f"{nxt.name} carries only {c:.0f}/s")
         elif best is None or saving.share > best.share + EPS:
             best = Candidate(i, predicted, saving.share)

@@ -31,7 +31,7 @@ import ipaddress
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,7 @@ from autobatch.controller.config.settings import (
 from autobatch.curve import BatchCurve, load_curve
 from autobatch.errors import ConfigError
 from autobatch.policy import PolicySettings
+from autobatch.policy.settings import FLAT, GROUPS
 from autobatch.profiles import Profile, load_profiles
 from autobatch.signals.factory import SOURCES, UTILIZATION, SignalSettings
 from autobatch.signals.http import DEFAULT_MAX_BYTES
@@ -56,9 +57,8 @@ from autobatch.signals.parse import failure_reasons
 
 __all__ = ["load_sidecar_config", "parse_listen", "sidecar_config_from_mapping"]
 
-_EXCLUSIVE_ZERO = {"slo.p95_ms", "slo.p99_ms", "policy.max_window_age_s", "signals.range_s",
-                   "signals.timeout_s", "actuator.timeout_s", "server.request_timeout_s",
-                   "policy.busy_ceiling", "policy.forecast_alpha", "policy.forecast_beta"}
+_EXCLUSIVE_ZERO = {"slo.p95_ms", "slo.p99_ms", "policy.trust.max_window_age_s", "signals.range_s",
+                   "signals.timeout_s", "actuator.timeout_s", "server.request_timeout_s"}
 
 
 def _path(base: Path, value: str | None) -> Path | None:
@@ -80,7 +80,7 @@ def sidecar_config_from_mapping(data: Any, source: str, base: Path) -> SidecarCo
     triton = _parse_triton(top.section("triton", {}), base)
     profiles = _parse_profiles(top.section("profiles"), base, model)
     slo = _parse_slo(top.section("slo"))
-    policy, loop = _parse_policy(top.section("policy", {}), base, profiles, slo)
+    policy, loop, deprecations = _parse_policy(top.section("policy", {}), base, profiles, slo)
     signals = replace(_parse_signals(top.section("signals", {}), loop, policy),
                       restricted_api=triton.restricted_api)
     actuator = _parse_actuator(
@@ -107,15 +107,18 @@ def sidecar_config_from_mapping(data: Any, source: str, base: Path) -> SidecarCo
         server=server,
         decision_log=log,
         state_file=state,
+        deprecations=deprecations,
     )
 
 
-def _bounded(sec: Section, key: str, default: Any) -> Any:
-    """A number of the config, checked against its :data:`RANGES` entry."""
-    lo, hi = RANGES[sec.field_path(key)]
+def _bounded(sec: Section, key: str, default: Any, *, canonical: str | None = None) -> Any:
+    """A number of the config, checked against the :data:`RANGES` entry of its path (or of
+    ``canonical``, where a deprecated spelling is read)."""
+    path = canonical or sec.field_path(key)
+    lo, hi = RANGES[path]
     if isinstance(lo, int) and isinstance(hi, int):
         return sec.int(key, default, min=lo, max=hi)
-    exclusive = sec.field_path(key) in _EXCLUSIVE_ZERO and lo == 0.0
+    exclusive = path in _EXCLUSIVE_ZERO and lo == 0.0
     return sec.float(key, default, min=lo, max=hi, min_exclusive=exclusive)
 
 
@@ -224,20 +227,23 @@ def _parse_slo(sec: Section) -> _Slo:
     return slo
 
 
-_POLICY_FLOATS = (
-    "min_dwell_s", "settle_s", "p95_settle_s", "stabilization_s",
-    "max_window_age_s", "near_delay_ratio", "saturation_delay_ratio", "saturation_min_queue_ms",
-    "capacity_margin", "min_gain", "failure_rps_threshold", "overload_ratio",
-    "overload_backlog_ratio", "forecast_z", "forecast_jump_z", "default_actuation_s",
-)
-_POLICY_FRACTIONS = (
-    "headroom", "util_ceiling", "busy_ceiling", "live_min_busy", "forecast_alpha", "forecast_beta",
-    "min_saving", "latency_tolerance", "min_freed_share", "device_alpha", "wait_max_busy",
-    "stabilization_drop", "breach_min_mean", "efficiency_max_busy", "efficiency_max_p95",
-)
+# Fractions of the policy (each a share in [0, 1]); those in _ABOVE_ZERO must be over 0.
+_FRACTIONS = {
+    "trust.breach_min_mean", "stability.stabilization_drop", "efficiency.headroom",
+    "efficiency.util_ceiling", "efficiency.min_saving", "efficiency.latency_tolerance",
+    "efficiency.min_freed_share", "efficiency.max_busy", "efficiency.max_p95", "efficiency.wait_max_busy",
+    "capacity.busy_ceiling", "capacity.live_min_busy", "capacity.device_alpha", "forecast.alpha",
+    "forecast.beta",
+}
+_ABOVE_ZERO = {"efficiency.max_busy", "efficiency.max_p95", "efficiency.wait_max_busy",
+               "capacity.busy_ceiling", "capacity.device_alpha", "forecast.alpha", "forecast.beta"}
 
 
-def _parse_policy(sec: Section, base: Path, profiles: _Ladder, slo: _Slo) -> tuple[PolicySettings, _Loop]:
+def _parse_policy(sec: Section, base: Path, profiles: _Ladder, slo: _Slo,
+                  ) -> tuple[PolicySettings, _Loop, tuple[str, ...]]:
+    """``policy``: the loop's interval and history, the curve, and the policy's groups
+    (``policy.<group>.<field>``); a field of a group written the old way, flat
+    (``policy.min_dwell_s``), still loads, with a one-line deprecation."""
     loop = _Loop(
         interval_s=_bounded(sec, "interval_s", 1.0),
         history_windows=_bounded(sec, "history_windows", 30),
@@ -249,32 +255,95 @@ def _parse_policy(sec: Section, base: Path, profiles: _Ladder, slo: _Slo) -> tup
             curve = load_curve(curve_path)
         except ConfigError as exc:  # the curve's own error, said of this config's field
             raise sec.fail("curve", sec.data["curve"], str(exc)) from exc
-    defaults = PolicySettings.__dataclass_fields__
-    kwargs: dict[str, Any] = {}
-    for key in _POLICY_FLOATS:
-        kwargs[key] = _bounded(sec, key, defaults[key].default)
-    for key in _POLICY_FRACTIONS:
-        kwargs[key] = sec.float(key, defaults[key].default, min=0.0)
-        if kwargs[key] > 1.0:
-            raise sec.fail(key, kwargs[key], "must be a fraction in [0, 1]")
-        if key in ("busy_ceiling", "forecast_alpha", "forecast_beta", "device_alpha",
-                   "wait_max_busy", "efficiency_max_busy", "efficiency_max_p95") and kwargs[key] <= 0.0:
-            raise sec.fail(key, kwargs[key], "must be a fraction in (0, 1]")
-    if kwargs["min_freed_share"] >= 1.0:
-        raise sec.fail("min_freed_share", kwargs["min_freed_share"], "must be a fraction in [0, 1)")
-    if kwargs["latency_tolerance"] >= kwargs["min_saving"]:
-        raise sec.fail("latency_tolerance", kwargs["latency_tolerance"],
-                       f"must be below min_saving ({kwargs['min_saving']:g}), or the ladder flaps")
-    for key in ("confirmations", "overload_windows", "forecast_windows"):
-        kwargs[key] = _bounded(sec, key, defaults[key].default)
-    kwargs["forecast"] = sec.bool("forecast", defaults["forecast"].default)
-    reasons = sec.raw("failure_reasons", list(defaults["failure_reasons"].default))
-    kwargs["failure_reasons"] = failure_reasons(sec, "failure_reasons", reasons)
+    values, written = _policy_groups(sec)
+    deprecations = _policy_flat(sec, values, written)
     sec.done()
-    policy = PolicySettings(
-        ladder=profiles.ladder, slo_p95_ms=slo.p95_ms, slo_p99_ms=slo.p99_ms, curve=curve, **kwargs
-    )
-    return policy, loop
+    _policy_cross_checks(values, written)
+    groups = {g: GROUPS[g](**values[g]) for g in GROUPS}
+    policy = PolicySettings(ladder=profiles.ladder, slo_p95_ms=slo.p95_ms, slo_p99_ms=slo.p99_ms, curve=curve,
+                            **groups)
+    return policy, loop, deprecations
+
+
+_Written = dict[str, tuple[Section, str]]
+"""Where each policy field given was written: its section and key, for error messages."""
+
+
+def _is_group(sec: Section, group: str) -> bool:
+    """Whether ``policy.<group>`` is written as a group (a mapping): ``policy.forecast: true``
+    is the old spelling of ``policy.forecast.enabled`` (and ``null`` there needs a value)."""
+    return group != "forecast" or group not in sec.data or isinstance(sec.data[group], Mapping)
+
+
+def _policy_groups(sec: Section) -> tuple[dict[str, dict[str, Any]], _Written]:
+    """The fields given in the ``policy.<group>`` sections."""
+    values: dict[str, dict[str, Any]] = {g: {} for g in GROUPS}
+    written: _Written = {}
+    for group, cls in GROUPS.items():
+        if not _is_group(sec, group):
+            continue
+        gsec = sec.section(group, {})
+        for f in fields(cls):
+            if gsec.has(f.name):
+                values[group][f.name] = _policy_value(gsec, f.name, f"{group}.{f.name}")
+                written[f"{group}.{f.name}"] = (gsec, f.name)
+            else:
+                gsec.raw(f.name, None)  # a known field: a typo's hint may name it
+        gsec.done()
+    return values, written
+
+
+def _policy_flat(sec: Section, values: dict[str, dict[str, Any]], written: _Written) -> tuple[str, ...]:
+    """The fields written the old, flat way (``policy.min_dwell_s``): read into ``values``,
+    each with a one-line deprecation naming its new place."""
+    out = []
+    for old, (group, name) in FLAT.items():
+        if not sec.has(old):
+            sec.raw(old, None)  # a known field: a typo's hint may name it
+            continue
+        if old == group and _is_group(sec, group):
+            continue  # policy.forecast, written as the group
+        if name in values[group]:
+            raise sec.fail(old, sec.data[old], f"is given as policy.{group}.{name} too: keep that one")
+        values[group][name] = _policy_value(sec, old, f"{group}.{name}")
+        written[f"{group}.{name}"] = (sec, old)
+        out.append(f"{sec.source}: policy.{old} is deprecated: write policy.{group}.{name} "
+                   "(docs/sidecar.md#policy)")
+    return tuple(out)
+
+
+def _policy_value(sec: Section, key: str, path: str) -> Any:
+    """``sec[key]``, the policy field ``path`` (``group.field``), checked by its kind."""
+    group, name = path.split(".")
+    default = getattr(GROUPS[group](), name)
+    if path == "forecast.enabled":
+        return sec.bool(key, default)
+    if path == "protective.failure_reasons":
+        return failure_reasons(sec, key, sec.raw(key, list(default)))
+    if path not in _FRACTIONS:
+        return _bounded(sec, key, default, canonical=f"policy.{path}")
+    value = sec.float(key, default, min=0.0)
+    if value > 1.0:
+        raise sec.fail(key, value, "must be a fraction in [0, 1]")
+    if path in _ABOVE_ZERO and value <= 0.0:
+        raise sec.fail(key, value, "must be a fraction in (0, 1]")
+    if path == "efficiency.min_freed_share" and value >= 1.0:
+        raise sec.fail(key, value, "must be a fraction in [0, 1)")
+    return value
+
+
+def _policy_cross_checks(values: dict[str, dict[str, Any]], written: _Written) -> None:
+    """What the groups' own fields cannot check alone: the efficiency band."""
+    eff, default = values["efficiency"], GROUPS["efficiency"]()
+    tolerance = eff.get("latency_tolerance", default.latency_tolerance)
+    saving = eff.get("min_saving", default.min_saving)
+    if tolerance < saving:
+        return
+    if "efficiency.latency_tolerance" in written:
+        sec, key = written["efficiency.latency_tolerance"]
+        raise sec.fail(key, tolerance, f"must be below min_saving ({saving:g}), or the ladder flaps")
+    sec, key = written["efficiency.min_saving"]
+    raise sec.fail(key, saving, f"must be above latency_tolerance ({tolerance:g}), or the ladder flaps")
 
 
 def _parse_signals(sec: Section, loop: _Loop, policy: PolicySettings) -> SignalSettings:
@@ -293,7 +362,7 @@ def _parse_signals(sec: Section, loop: _Loop, policy: PolicySettings) -> SignalS
         utilization=sec.str("utilization", "auto", choices=UTILIZATION),
         dcgm_url=sec.url("dcgm_url", None),
         timeout_s=_bounded(sec, "timeout_s", 2.0),
-        max_age_s=policy.max_window_age_s,
+        max_age_s=policy.trust.max_window_age_s,
         max_bytes=_bounded(sec, "max_scrape_bytes", DEFAULT_MAX_BYTES),
         instances_per_replica=_bounded(sec, "instances_per_replica", None),
     )
