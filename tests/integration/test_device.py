@@ -100,6 +100,8 @@ def test_metrics_busy_time_by_context_and_gpu_util() -> None:
         status = httpx.get(dev.status_url).json()
         assert status["contexts"]["train"]["jobs"] == 1 and status["sharing"]["policy"] == "timeslice"
         assert status["lateness_ms"]["count"] == 4  # every answer's delay after its exact time
+        # what the process got of the realtime priority it asks for by default
+        assert status["priority"].startswith(("SCHED_FIFO", "nice", "normal")), status["priority"]
 
 
 def test_a_refused_job_keeps_the_connection_and_a_broken_line_ends_it() -> None:

@@ -131,6 +131,7 @@ def test_a_device_file_and_its_defaults(tmp_path: Path) -> None:
         ("sharing: {policy: fair}\n", "dev.yaml: sharing.policy = 'fair': must be one of"),
         ("sharing: {quantum_ms: -1}\n", "dev.yaml: sharing.quantum_ms = -1.0: must be > 0"),
         ("quantum_ms: 2\n", "dev.yaml: quantum_ms = 2: unknown field"),
+        ("priority: max\n", "dev.yaml: priority = 'max': must be one of realtime, high, normal"),
         ("name: two words\n", "dev.yaml: name = 'two words': must be 1-128"),
         ("listen: 127.0.0.1:9500\nmetrics: 127.0.0.1:9500\n",
          "dev.yaml: metrics = 127.0.0.1:9500: listen is"),

@@ -33,6 +33,8 @@ def device(
     util_period_ms: Annotated[float | None, typer.Option(
         help="DCGM_FI_DEV_GPU_UTIL's period, ms [1000].")] = None,
     name: Annotated[str | None, typer.Option(help="The device's name [gpu0].")] = None,
+    priority: Annotated[str | None, typer.Option(
+        help="realtime, high or normal: its CPU priority [realtime, where allowed].")] = None,
 ) -> None:
     """Run one emulated GPU that many clients share (model instances, other models, co-tenants).
 
@@ -43,17 +45,18 @@ def device(
 
     Example: autobatch device --listen 127.0.0.1:9410 --sharing timeslice --quantum-ms 2
     """
-    from autobatch.device.server import DeviceServer
+    from autobatch.device.server import DeviceServer, raise_priority
     from autobatch.device.settings import device_settings
 
     settings = device_settings(config, name=name, listen=listen, metrics=metrics,
-                               util_period_ms=util_period_ms, policy=sharing, quantum_ms=quantum_ms,
-                               switch_ms=switch_ms, throughput=throughput)
-    server = DeviceServer(settings).start()
+                               util_period_ms=util_period_ms, priority=priority, policy=sharing,
+                               quantum_ms=quantum_ms, switch_ms=switch_ms, throughput=throughput)
+    got = raise_priority(settings.priority)  # before any thread starts: they inherit it
+    server = DeviceServer(settings, priority=got).start()
     previous = signal.signal(signal.SIGTERM, lambda *_: server.request_stop())
     try:
         policy = ", ".join(f"{k} {v}" for k, v in settings.sharing.to_dict().items())
-        out.print(f"device {settings.name} ready ({policy})", highlight=False)
+        out.print(f"device {settings.name} ready ({policy}; priority {got})", highlight=False)
         out.print(f"  jobs     {server.job_address}", highlight=False)
         out.print(f"  metrics  {server.metrics_url}", highlight=False)
         out.print("Ctrl-C or SIGTERM stops it.", highlight=False)

@@ -90,11 +90,14 @@ class DeviceSnapshot:
     """Busy share of the last complete period, 0..1; None before the first one ended."""
     contexts: Mapping[str, ContextSnapshot] = field(default_factory=dict)
     lateness: Lateness = field(default_factory=Lateness)
+    priority: str = "as started"
+    """The process's CPU scheduling (:func:`autobatch.device.server.raise_priority`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "sharing": dict(self.policy),
+            "priority": self.priority,
             "uptime_s": self.now_ms / 1000.0,
             "busy_s": self.busy_ms / 1000.0,
             "util_period_ms": self.util_period_ms,

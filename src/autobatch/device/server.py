@@ -21,6 +21,7 @@ import bisect
 import contextlib
 import json
 import logging
+import os
 import socket
 import threading
 import time
@@ -47,7 +48,7 @@ from autobatch.device.settings import DeviceSettings
 from autobatch.errors import ConfigError, DeviceError
 from autobatch.sharing import Completion, DeviceScheduler
 
-__all__ = ["DeviceServer"]
+__all__ = ["DeviceServer", "raise_priority"]
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,32 @@ class _Conn:
                 self.sock.close()
 
 
+REALTIME_PRIORITY = 10
+"""SCHED_FIFO priority of the device process: above every ordinary process, below the
+kernel's own threads (50 and up); the kernel's RT throttling keeps 5% of each core for the
+rest whatever happens."""
+NICE_HIGH = -10
+
+
+def raise_priority(kind: str) -> str:
+    """Raise this process's CPU priority as ``kind`` asks (``realtime``, ``high``, ``normal``);
+    returns what it got, in words (``SCHED_FIFO 10``, ``nice -10``, ``normal: ...why``). Call it
+    before any thread starts: threads inherit their creator's scheduling."""
+    if kind == "realtime":
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(REALTIME_PRIORITY))
+            return f"SCHED_FIFO {REALTIME_PRIORITY}"
+        except (OSError, AttributeError):
+            kind = "high"  # no CAP_SYS_NICE, or not Linux: the next best
+    if kind == "high":
+        try:
+            os.nice(NICE_HIGH - os.nice(0))
+            return f"nice {os.nice(0)}"
+        except OSError as exc:
+            return f"normal (could not raise it: {exc.strerror or exc})"
+    return "normal"
+
+
 class DeviceServer:
     """An emulated device on two ports (jobs, metrics), as a context manager.
 
@@ -105,8 +132,10 @@ class DeviceServer:
     """
 
     def __init__(self, settings: DeviceSettings, *, clock: Callable[[], float] = time.perf_counter,
-                 hostname: str | None = None) -> None:
+                 hostname: str | None = None, priority: str = "as started") -> None:
         self.settings = settings
+        self.priority = priority
+        """What :func:`raise_priority` got for this process (shown in /status)."""
         self._clock = clock
         self._t0 = clock()
         self._cond = threading.Condition()
@@ -330,7 +359,8 @@ class DeviceServer:
             }
             lateness = Lateness(tuple(self._late_buckets), self._late_sum_ms, tuple(self._late_recent))
             return DeviceSnapshot(self.settings.name, self.settings.sharing.to_dict(), now,
-                                  usage.busy_ms, self._period_ms, self._last_util, contexts, lateness)
+                                  usage.busy_ms, self._period_ms, self._last_util, contexts, lateness,
+                                  self.priority)
 
     def metrics_text(self) -> bytes:
         snap = self.snapshot()

@@ -6,6 +6,7 @@ A device file::
     listen: 127.0.0.1:9410          # the job port (HOST:PORT; port 0: a free one)
     metrics: 127.0.0.1:9411         # /metrics, /status, /healthz (dcgm-exporter's names)
     util_period_ms: 1000            # DCGM_FI_DEV_GPU_UTIL's sample period
+    priority: realtime              # realtime | high | normal: the device process's CPU priority
     sharing:
       policy: timeslice             # exclusive | timeslice | concurrent
       quantum_ms: 2
@@ -26,11 +27,21 @@ from autobatch.device.protocol import Address, check_context, parse_address
 from autobatch.errors import ConfigError
 from autobatch.sharing import SharingModel, parse_sharing
 
-__all__ = ["DEFAULT_LISTEN", "DEFAULT_METRICS", "DeviceSettings", "load_device_config", "parse_device"]
+__all__ = [
+    "DEFAULT_LISTEN",
+    "DEFAULT_METRICS",
+    "PRIORITIES",
+    "DeviceSettings",
+    "device_settings",
+    "load_device_config",
+    "parse_device",
+    "parse_throughput",
+]
 
 DEFAULT_LISTEN = "127.0.0.1:9410"
 DEFAULT_METRICS = "127.0.0.1:9411"
 """Not dcgm-exporter's 9400: the sidecar listens there by default."""
+PRIORITIES = ("realtime", "high", "normal")
 
 
 @dataclass(frozen=True)
@@ -46,9 +57,17 @@ class DeviceSettings:
     """The period over which DCGM_FI_DEV_GPU_UTIL is the busy share (NVML's own sample period
     is 1/6 s to 1 s depending on the product; the exporter reports the last one)."""
     sharing: SharingModel = field(default_factory=SharingModel)
+    priority: str = "realtime"
+    """The device process's CPU scheduling: ``realtime`` (SCHED_FIFO where allowed, else as
+    ``high``), ``high`` (nice -10 where allowed), ``normal``. A GPU does not slow down when
+    the host's cores are busy; the emulated one only wakes late when the OS runs something
+    else first, and a real-time thread is woken before ordinary ones (docs/shared-gpu.md)."""
 
     def __post_init__(self) -> None:
         check_context(self.name, "name")
+        if self.priority not in PRIORITIES:
+            raise ConfigError(f"priority = {self.priority!r}: must be one of {', '.join(PRIORITIES)}",
+                              field="priority", value=self.priority)
         if not (math.isfinite(self.util_period_ms) and 10 <= self.util_period_ms <= 60_000):
             raise ConfigError(f"util_period_ms = {self.util_period_ms!r}: must be 10-60000 ms",
                               field="util_period_ms", value=self.util_period_ms)
@@ -62,7 +81,8 @@ class DeviceSettings:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "listen": str(self.listen), "metrics": str(self.metrics),
-                "util_period_ms": self.util_period_ms, "sharing": self.sharing.to_dict()}
+                "util_period_ms": self.util_period_ms, "priority": self.priority,
+                "sharing": self.sharing.to_dict()}
 
 
 def parse_device(data: Any, source: str) -> DeviceSettings:
@@ -75,10 +95,11 @@ def parse_device(data: Any, source: str) -> DeviceSettings:
     listen = _address(top, "listen", DEFAULT_LISTEN)
     metrics = _address(top, "metrics", DEFAULT_METRICS)
     period = top.float("util_period_ms", 1000.0, min=10.0, max=60_000.0)
+    priority = top.str("priority", "realtime", choices=PRIORITIES)
     sharing = parse_sharing(top.section("sharing", {}))
     top.done()
     try:
-        return DeviceSettings(name, listen, metrics, period, sharing)
+        return DeviceSettings(name, listen, metrics, period, sharing, priority)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}", source=source, field=exc.field, value=exc.value) from exc
 
@@ -116,6 +137,7 @@ def device_settings(
     listen: str | None = None,
     metrics: str | None = None,
     util_period_ms: float | None = None,
+    priority: str | None = None,
     policy: str | None = None,
     quantum_ms: float | None = None,
     switch_ms: float | None = None,
@@ -131,7 +153,7 @@ def device_settings(
         data = dict(raw or {})
         source = f"{config} (with options)"
     for key, value in (("name", name), ("listen", listen), ("metrics", metrics),
-                       ("util_period_ms", util_period_ms)):
+                       ("util_period_ms", util_period_ms), ("priority", priority)):
         if value is not None:
             data[key] = value
     sharing = dict(data.get("sharing") or {}) if isinstance(data.get("sharing") or {}, dict) else None
@@ -143,6 +165,6 @@ def device_settings(
             sharing["throughput"] = parse_throughput(throughput)
         if sharing:
             data["sharing"] = sharing
-    given = any(v is not None for v in (name, listen, metrics, util_period_ms, policy, quantum_ms,
-                                        switch_ms, throughput))
+    given = any(v is not None for v in (name, listen, metrics, util_period_ms, priority, policy,
+                                        quantum_ms, switch_ms, throughput))
     return parse_device(data, source if given or config is None else str(config))
