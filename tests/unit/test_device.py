@@ -178,6 +178,19 @@ def test_cli_bad_input_is_one_line_and_exit_2(argv: list[str], start: str, monke
     assert len(err.strip().splitlines()) == 1 and err.startswith(start), err
 
 
+def test_cli_a_cotenant_file_with_a_wrong_field(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: Any) -> None:
+    """Refused before anything connects: the address given answers nobody."""
+    (tmp_path / "c.yaml").write_text("name: c\nunit: ms\npoints: {1: 8.0}\n")
+    co = tmp_path / "co.yaml"
+    co.write_text("cotenants:\n  - {name: a, curve: c.yaml, batch_size: 1, duty: 0.5, dutty: 1}\n")
+    code, out, err = run_main(monkeypatch, capsys, "cotenants", "run", str(co), "--device", "127.0.0.1:1",
+                              "--duration", "1")
+    assert code == 2 and out == ""
+    assert err.strip() == (f"autobatch: error: {co}: cotenants[0].dutty = 1: unknown field "
+                           "(did you mean duty?)"), err
+
+
 # -- what /metrics says -------------------------------------------------------------------------
 
 
