@@ -25,8 +25,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 README = ROOT / "README.md"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 ORDER = ["closed_loop", "demo", "reaction", "steady", "faults", "soak", "trace_fidelity", "sessions",
-         "simulator", "sdk", "reload_vs_shift", "footprint", "overhead", "reload_cost", "batch_curves",
-         "loadgen"]
+         "simulator", "device_timeslice", "device_share", "device_util", "device_accuracy", "sdk",
+         "reload_vs_shift", "footprint", "overhead", "reload_cost", "batch_curves", "loadgen"]
 
 
 def _rel(path: Path) -> str:

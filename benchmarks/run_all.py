@@ -34,6 +34,9 @@ BENCHMARKS = [
     ("reload_vs_shift", "reload_vs_shift", ["--grpc-load-api"]),
     ("ladder", "ladder", []),
     ("switching_map", "switching_map", []),
+    # The emulated GPU (docs/shared-gpu.md).
+    ("device_timeslice", "device_timeslice",
+     ["--windows", "60", "--repeats", "3", "--duties", "1.0,0.75,0.5"]),
     # The closed loop in parts, one schedule and instance count each (the README shows the
     # newest run of each command line, so these are the lines to re-run).
     *[(f"closed_loop-{s}-{n}", "closed_loop", ["--schedule", s, "--instances", str(n)])
