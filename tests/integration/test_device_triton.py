@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import tritonclient.http as triton_http
 
+from autobatch.controller.config import sidecar_config_from_mapping
 from autobatch.curve import BatchCurve
 from autobatch.device.protocol import parse_address
 from autobatch.device.settings import DeviceSettings
@@ -29,8 +30,8 @@ from autobatch.lab.serve import EMULATOR_MODEL, TritonServer, free_port
 from autobatch.profiles import Profile
 from autobatch.signals import TritonSource
 
-from ..conftest import CURVES
-from ..helpers import BackgroundLoad, assert_bad_input, autobatch
+from ..conftest import CURVES, PROFILES
+from ..helpers import BackgroundLoad, Running, assert_bad_input, autobatch
 
 CURVE = BatchCurve({1: 4.0, 8: 6.0, 32: 14.0}, name="small")
 OTHER = "emulated_b"
@@ -164,6 +165,42 @@ def test_a_device_that_dies_fails_requests_clearly_and_the_sidecar_says_so(serve
             assert window is not None and not window.stale and window.failure_rps
             assert window.utilization is None
             assert window.utilization_detail and window.utilization_detail.startswith("unreachable: ")
+        finally:
+            server.load_emulator(CURVE)
+
+
+def test_the_sidecar_reads_the_device_and_says_when_it_is_gone(tmp_path: Path, server: TritonServer) -> None:
+    """`autobatch run`'s own loop with `signals.utilization: dcgm` pointed at the device: its
+    windows carry the device's utilisation; once the device is gone, null and why, never 0."""
+    token = tmp_path / "token"
+    token.write_text("t\n")
+    with DeviceProcess(DeviceSettings(listen=FREE, metrics=FREE, util_period_ms=250.0)) as dev:
+        server.load_emulator(CURVE, device=dev.address, device_timeout_s=2.0)
+        cfg = sidecar_config_from_mapping({
+            "model": EMULATOR_MODEL,
+            "triton": {"http_url": server.urls.http, "metrics_url": server.urls.metrics,
+                       "grpc_url": server.urls.grpc},
+            "profiles": {"dir": str(PROFILES / EMULATOR_MODEL), "ladder": ["latency-soft", "aggressive"]},
+            "slo": {"p95_ms": 150},
+            "policy": {"interval_s": 1},
+            "signals": {"utilization": "dcgm", "dcgm_url": dev.metrics_url},
+            "actuator": {"kind": "dry-run"},
+            "server": {"listen": "127.0.0.1:0", "token_file": str(token)},
+            "decision_log": str(tmp_path / "decisions.jsonl"),
+        }, "sidecar.yaml", base=tmp_path)
+        try:
+            with Running(cfg) as sidecar, BackgroundLoad(server.urls.grpc, EMULATOR_MODEL, 40.0, max_s=40.0):
+                seen = sidecar.wait_for(
+                    lambda s: (s.get("last_window") or {}).get("utilization") not in (None, 0.0),
+                    timeout_s=30, what="a window with the device's utilisation")
+                assert seen["last_window"]["utilization_detail"] is None
+                dev.kill()
+                gone = sidecar.wait_for(
+                    lambda s: (s.get("last_window") or {}).get("utilization_detail") is not None,
+                    timeout_s=30, what="a window saying the device's utilisation is gone")
+            w = gone["last_window"]
+            assert w["utilization"] is None and w["utilization_detail"].startswith("unreachable: ")
+            assert not w["stale"]  # the model's own signals are still read
         finally:
             server.load_emulator(CURVE)
 

@@ -105,8 +105,8 @@ class _BatchModel:
     input_name = "INPUT"
     output_name = "OUTPUT"
     failures: tuple[type[BaseException], ...] = ()
-    """Errors of ``run`` that fail the batch's requests with their message alone (any other
-    exception fails them too, with the stub's traceback appended)."""
+    """Errors of ``run`` that fail the batch's requests as a ``TritonModelException`` naming
+    the model (any other exception fails them too, as itself)."""
 
     def initialize(self, args: dict[str, Any]) -> None:
         self.model_name = args.get("model_name", type(self).__name__)
@@ -128,8 +128,10 @@ class _BatchModel:
         try:
             result = self.run(batch)
         except self.failures as exc:
-            error = pb_utils.TritonError(f"{self.model_name}: {exc}")
-            return [pb_utils.InferenceResponse(output_tensors=[], error=error) for _ in requests]
+            # Raised, not returned as error responses: in this Python backend (Triton 2.51)
+            # error responses from a batched execute corrupted the stub's shared memory and
+            # crashed the server under load; an exception fails every request of the batch.
+            raise pb_utils.TritonModelException(f"{self.model_name}: {exc}") from None
         out = np.ascontiguousarray(result, dtype=np.float32)
         responses = []
         start = 0
