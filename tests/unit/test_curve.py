@@ -51,6 +51,30 @@ def test_shared_curves_load_and_show_their_gain(curves_dir, name, gain_at, expec
     assert (curve.gain(gain_at) < 1.0) is expect_gain
 
 
+# The published T4 tables (curves/README.md): the issue's figures are ResNet-50's
+# "Latency Avg" column, and every file names where it comes from.
+T4_CURVES = {
+    "t4-resnet50-fp16.yaml": ("Latency Avg", {1: 12.96, 8: 12.82, 16: 15.8, 32: 29.54}),
+    "t4-resnet50-fp32.yaml": ("Latency Avg", {1: 10.7, 8: 22.41, 32: 77.62}),
+    "t4-bert-base-seq128-fp16.yaml": ("Latency-50%(ms)", {1: 10.93, 8: 27.77}),
+    "t4-bert-base-seq128-fp32.yaml": ("Latency-50%(ms)", {1: 18.52, 8: 80.98}),
+    "t4-bert-large-seq384-fp16.yaml": ("Latency-50%(ms)", {1: 43.72, 8: 208.95}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(T4_CURVES))
+def test_published_gpu_curves_hold_their_source_and_figures(curves_dir, name):
+    curve = load_curve(curves_dir / name)
+    column, figures = T4_CURVES[name]
+    assert curve.meta["column"] == column
+    assert curve.meta["source"].startswith("https://github.com/NVIDIA/DeepLearningExamples/")
+    assert "T4" in curve.meta["device"] and curve.meta["software"] and curve.meta["table"]
+    for batch, ms in figures.items():
+        assert curve.estimate(batch).kind is PointKind.MEASURED
+        assert curve.estimate(batch).ms == ms
+    assert curve.gain(8) < 0.65  # batching pays on every one of them, by different amounts
+
+
 def test_best_batch_and_throughput():
     curve = BatchCurve({1: 4.69, 4: 9.29})
     assert curve.best_batch() == 4
