@@ -12,6 +12,11 @@ per request, the slow case). The target is >= 1 M simulated requests in
 <= 10 s. Figures are wall-clock on whatever else runs on the machine: run it
 twice and compare ratios, not absolute seconds.
 
+The shared device (issue 27): one more speed row, the ``shared`` engine on the
+T4 ResNet-50 curve at 300 req/s with two co-tenants time-slicing the device
+(``--shared-requests``, 200,000 by default: each 2 ms turn while two contexts
+are active is an event, so it runs far fewer requests a second).
+
 Fidelity (``--fidelity``): the emulated accelerator in the embedded Triton,
 loaded with the same curve and profile, under Poisson load at three rates,
 against the simulator fed the same sends (``autobatch.lab.fidelity.simulator_fidelity``,
@@ -140,6 +145,34 @@ def speed(requests: int, with_baseline: bool = True) -> list[dict[str, Any]]:
     return rows
 
 
+def shared_speed(requests: int) -> dict[str, Any]:
+    """The shared engine: T4 ResNet-50 (mixed precision), Triton's default, 300 req/s, two
+    closed-loop co-tenants (batch 32, duty 0.5) time-slicing the device in 2 ms turns."""
+    from autobatch.cotenants import CoTenant
+    from autobatch.plan.switching import triton_default
+    from autobatch.sharing import SharingModel
+
+    curve = load_curve(ROOT / "curves" / "t4-resnet50-fp16.yaml")
+    jobs = [CoTenant(f"train-{i}", curve, 32, duty=0.5) for i in range(2)]
+    rate = 300.0
+    start = time.perf_counter()
+    work = Workload.poisson(rate, requests / rate, seed=1)
+    res = simulate(triton_default(32), ServiceModel(curve), work, sharing=SharingModel(), cotenants=jobs)
+    end = time.perf_counter()
+    assert res.device is not None
+    return {
+        "case": "shared device: T4 ResNet-50 fp16, Triton's default at 300 req/s, 2 co-tenants "
+                "(batch 32, duty 0.5), time-sliced in 2 ms turns",
+        "engine": "shared",
+        "requests": res.requests,
+        "batches": res.batches,
+        "total_s": round(end - start, 3),
+        "requests_per_s": round(res.requests / (end - start)),
+        "p95_ms": round(res.latency.p95_ms, 2) if res.latency else None,
+        "busy_share": round(res.device.busy_share, 4),
+    }
+
+
 def fidelity() -> dict[str, Any]:
     import httpx
 
@@ -205,6 +238,8 @@ def main() -> None:
                     help="skip the pre-issue-13 engines (read from git) timed beside today's")
     ap.add_argument("--against", metavar="REV", help="also time git revision REV's simulator, alternating")
     ap.add_argument("--repeats", type=int, default=3, help="rounds of --against [3]")
+    ap.add_argument("--shared-requests", type=int, default=200_000,
+                    help="requests of the shared-device speed row (0 skips it)")
     args = ap.parse_args()
     console = Console(stderr=args.json, width=160)
     with console.status(f"simulating {args.requests:,} requests per engine ..."):
@@ -213,6 +248,9 @@ def main() -> None:
     if args.against:
         with console.status(f"today's simulator and {args.against}'s, {args.repeats} rounds ..."):
             result["against"] = against(args.against, args.requests, args.repeats)
+    if args.shared_requests:
+        with console.status(f"the shared engine, {args.shared_requests:,} requests ..."):
+            result["shared"] = shared_speed(args.shared_requests)
     if args.fidelity:
         with console.status("fidelity against the real Triton ..."):
             result["fidelity"] = fidelity()
@@ -242,6 +280,11 @@ def main() -> None:
                        " ".join(f"{x:.2f}" for x in r["rev_s"]), f"{r['ratio_median']:.3f}",
                        f"{r['ratio_min']:.3f}", f"{r['ratio_max']:.3f}", "yes" if r["same_p99"] else "NO")
         console.print(at)
+    if "shared" in result:
+        sh = result["shared"]
+        console.print(f"{sh['case']}: {sh['requests']:,} requests in {sh['total_s']:.2f} s "
+                      f"({sh['requests_per_s']:,}/s); p95 {sh['p95_ms']} ms, "
+                      f"device busy {sh['busy_share']:.0%}")
     if "fidelity" in result:
         f = result["fidelity"]
         ft = Table(title=f"Fidelity: {f['profile']}, curve {f['curve']}; overheads {f['overheads']}")

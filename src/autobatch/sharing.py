@@ -205,6 +205,10 @@ class DeviceScheduler:
         self._busy_ms = 0.0
         self._work_ms: dict[str, float] = {}
         self._completed: dict[str, int] = {}
+        # next_completion_ms's look ahead, kept until the state changes: advance() to that
+        # time takes it over instead of running the same steps again (time-slicing takes a
+        # step per quantum, so the simulator would otherwise run every quantum twice).
+        self._peek: tuple[float, DeviceScheduler, list[Completion]] | None = None
 
     # -- public ------------------------------------------------------------------------
     def submit(self, now_ms: float, context: str, job: Hashable, work_ms: float) -> list[Completion]:
@@ -213,6 +217,7 @@ class DeviceScheduler:
         if not (isinstance(work_ms, (int, float)) and math.isfinite(work_ms) and work_ms > 0):
             raise ValueError(f"work_ms = {work_ms!r}: must be a number > 0")
         done = self.advance(now_ms)
+        self._peek = None
         q = self._queues.setdefault(context, deque())
         q.append(_Job(job, float(work_ms), self.now_ms))
         self._work_ms.setdefault(context, 0.0)
@@ -228,6 +233,10 @@ class DeviceScheduler:
         if now_ms < self.now_ms - EPS_MS:
             raise ValueError(f"time went back: {now_ms} < {self.now_ms}")
         out: list[Completion] = []
+        peek, self._peek = self._peek, None
+        if peek is not None and peek[0] <= now_ms + EPS_MS:
+            self._take_over(peek[1])
+            out.extend(peek[2])
         while True:
             step = self._next_step_ms()
             if step is None or self.now_ms + step > now_ms + EPS_MS:
@@ -240,13 +249,17 @@ class DeviceScheduler:
 
     def next_completion_ms(self) -> float | None:
         """When the next job completes if nothing more is submitted; None when idle."""
+        if self._peek is not None:
+            return self._peek[0]
         probe = self._copy()
         while True:
             step = probe._next_step_ms()
             if step is None:
                 return None
             probe._run(step)
-            if probe._settle():
+            done = probe._settle()
+            if done:
+                self._peek = (probe.now_ms, probe, done)
                 return probe.now_ms
 
     def pending(self, context: str | None = None) -> int:
@@ -289,7 +302,10 @@ class DeviceScheduler:
         if self.model.policy is SharingPolicy.TIMESLICE and self._holder is not None:
             if self._switch_left_ms > EPS_MS:
                 return self._switch_left_ms
-            return min(self._queues[self._holder][0].left_ms, self._slice_left_ms)
+            left = self._queues[self._holder][0].left_ms
+            if len(self._order) == 1:
+                return left  # alone it runs on across its slices: one step, not one per quantum
+            return min(left, self._slice_left_ms)
         steps = [self._queues[c][0].left_ms / r for c, r in running if r > 0]
         return min(steps) if steps else None
 
@@ -302,7 +318,13 @@ class DeviceScheduler:
                 self._switch_left_ms -= dt_ms  # a context switch runs no job
                 self.now_ms += dt_ms
                 return
-            self._slice_left_ms -= dt_ms
+            left = self._slice_left_ms - dt_ms
+            if left < 0.0 and len(self._order) == 1:
+                # Alone, it ran past the end of its slice into the next ones (nobody waited,
+                # so no switch): where its current slice stands.
+                q = self.model.quantum_ms
+                left = q - (-left) % q
+            self._slice_left_ms = left
         if running:
             self._busy_ms += dt_ms
         for c, rate in running:
@@ -342,9 +364,20 @@ class DeviceScheduler:
             self._holder = None
         return out
 
+    def _take_over(self, probe: DeviceScheduler) -> None:
+        """Become ``probe``, a copy of this scheduler run ahead (the look ahead of
+        :meth:`next_completion_ms`)."""
+        self.now_ms = probe.now_ms
+        self._queues, self._order, self._fifo = probe._queues, probe._order, probe._fifo
+        self._holder, self._last_holder = probe._holder, probe._last_holder
+        self._slice_left_ms, self._switch_left_ms = probe._slice_left_ms, probe._switch_left_ms
+        self._busy_ms, self._work_ms, self._completed = probe._busy_ms, probe._work_ms, probe._completed
+
     def _copy(self) -> DeviceScheduler:
         other = DeviceScheduler(self.model, start_ms=self.now_ms)
-        other._queues = {c: deque(j.clone() for j in q) for c, q in self._queues.items()}
+        # Only a context's first job runs before the first completion: the copy clones that
+        # one and shares the rest (a backlog of thousands is not cloned at every event).
+        other._queues = {c: _first_cloned(q) for c, q in self._queues.items()}
         other._order = deque(self._order)
         other._fifo = deque(self._fifo)
         other._holder, other._last_holder = self._holder, self._last_holder
@@ -353,3 +386,10 @@ class DeviceScheduler:
         other._work_ms = dict(self._work_ms)
         other._completed = dict(self._completed)
         return other
+
+
+def _first_cloned(q: deque[_Job]) -> deque[_Job]:
+    out = deque(q)
+    if out:
+        out[0] = out[0].clone()
+    return out

@@ -51,14 +51,33 @@ those costs are not zero: :func:`autobatch.lab.fidelity.overheads_from_stats`
 measures them from Triton's own timers, and the simulator takes them as plain
 parameters rather than folding them into the curve.
 
+On a shared device (a sharing model or co-tenants given) the instances are
+not devices of their own: each is a context of one
+:class:`autobatch.sharing.DeviceScheduler`, beside other models' instances and
+co-tenant jobs, and a batch ends when that scheduler says (the ``shared``
+engine, ``engines/shared.py``: the ``triton`` engine's batcher driven by one
+event loop over every tenant). The emulated device process runs the same
+scheduler.
+
 The package: ``workload`` (what arrives), ``service`` (how long a batch
-takes), ``engines/`` (``triton``, ``rules``, ``general``: arrivals in, batches
-out; ``common`` holds the walk), ``results`` (what a run produced) and ``run``
-(:func:`simulate`, which picks an engine and summarises). Pure: values in,
-values out.
+takes), ``engines/`` (``triton``, ``rules``, ``general``, ``shared``: arrivals
+in, batches out; ``common`` holds the walk), ``results`` (what a run
+produced), ``run`` (:func:`simulate`, which picks an engine and summarises)
+and ``device`` (:func:`simulate_device`: several models and co-tenants on one
+device). Pure: values in, values out.
 """
 
-from autobatch.plan.simulator.results import LatencyStats, PhaseResult, PriorityResult, SimResult
+from autobatch.plan.simulator.device import DeviceRun, ModelLoad, simulate_device
+from autobatch.plan.simulator.results import (
+    CoTenantResult,
+    DevicePhase,
+    DeviceShare,
+    LatencyStats,
+    PhaseResult,
+    PriorityResult,
+    SimResult,
+    device_ms_per_request,
+)
 from autobatch.plan.simulator.run import ENGINES, simulate
 from autobatch.plan.simulator.service import ServiceModel
 from autobatch.plan.simulator.workload import (
@@ -72,14 +91,21 @@ from autobatch.plan.simulator.workload import (
 __all__ = [
     "ENGINES",
     "SEND_GAP_S",
+    "CoTenantResult",
+    "DevicePhase",
+    "DeviceRun",
+    "DeviceShare",
     "LatencyStats",
+    "ModelLoad",
     "PhaseResult",
     "PriorityResult",
     "ServiceModel",
     "SimResult",
     "Workload",
     "build_workload",
+    "device_ms_per_request",
     "simulate",
+    "simulate_device",
     "spread_same_times",
     "stream_frames",
 ]

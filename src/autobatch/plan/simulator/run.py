@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -22,6 +23,10 @@ from autobatch.plan.simulator.results import (
 from autobatch.plan.simulator.service import ServiceModel
 from autobatch.plan.simulator.workload import Workload
 from autobatch.profiles import Profile
+
+if TYPE_CHECKING:
+    from autobatch.cotenants import CoTenant
+    from autobatch.sharing import SharingModel
 
 __all__ = ["ENGINES", "simulate"]
 
@@ -70,6 +75,9 @@ def simulate(
     seed: int = 0,
     engine: str = "auto",
     keep_latencies: bool = False,
+    sharing: SharingModel | None = None,
+    cotenants: Sequence[CoTenant] = (),
+    model_name: str = "model",
 ) -> SimResult:
     """Run ``workload`` through Triton's dynamic batcher configured by ``profile``.
 
@@ -92,11 +100,34 @@ def simulate(
     Every engine counts rows (``workload.rows``), never splits a request and
     sees simultaneous arrivals together. A request with more rows than
     ``max_batch_size`` is bad input (Triton refuses it).
+
+    Without ``sharing`` and ``cotenants`` every instance has a device of its own.
+    With either, the instances (contexts ``model_name/0``, ``/1``, ...) and the
+    co-tenant jobs share one device by ``sharing`` (default: time-slicing in 2 ms
+    turns) through the ``shared`` engine (:func:`autobatch.plan.simulator.device.simulate_device`,
+    which also runs other models beside this one); the result then carries the
+    device's busy share by tenant and each co-tenant's figures.
     """
+    if sharing is not None or cotenants:
+        # Imported here: device.py builds on this module's steps.
+        from autobatch.plan.simulator.device import ModelLoad, simulate_device
+
+        load = ModelLoad(model_name, profile, service, workload, instances)
+        return simulate_device([load], sharing=sharing, cotenants=cotenants, seed=seed,
+                               engine=engine, keep_latencies=keep_latencies).models[0]
     instances, engine = _check(profile, workload, instances, seed, engine)
-    n = len(workload)
-    noise = _noise(service, n, seed)
+    noise = _noise(service, len(workload), seed)
     run = _run_engine(engine, profile, service, workload, noise, instances)
+    return _summarise(profile, service, workload, instances, engine, run, keep_latencies)
+
+
+# -- the steps of simulate, in order ----------------------------------------------------------
+
+
+def _summarise(profile: Profile, service: ServiceModel, workload: Workload, instances: int,
+               engine: str, run: _EngineRun, keep_latencies: bool) -> SimResult:
+    """The :class:`SimResult` of an engine's run (the flat engines' and the shared one's)."""
+    n = len(workload)
     done = ~np.isnan(run.req_end)
     lat_all = (run.req_end - workload.t_s) * 1000.0 + service.fixed_latency_ms
     lat = lat_all[done]
@@ -137,9 +168,6 @@ def simulate(
         ),
         rejected_at_s=run.rej_at if keep_latencies else None,
     )
-
-
-# -- the steps of simulate, in order ----------------------------------------------------------
 
 
 def _check(profile: Profile, workload: Workload, instances: int | None, seed: int,
