@@ -26,6 +26,8 @@ Against a commit (``--against REV``): that commit's ``speed`` and today's, each
 in a fresh process on its own tree (``git archive``), alternating, ``--repeats``
 times; the ratio per case is today's time over the commit's in the same round.
 A refactor that says "the engines are as fast as before" shows it this way.
+With ``--together`` the two processes of a round run at the same time (one per
+core), so a machine whose speed drifts within minutes slows both alike.
 
 Each run is saved under benchmarks/results/simulator/ (record.save_result) for the
 README's table: the speed row from every run, the fidelity row from ``--fidelity`` runs.
@@ -195,17 +197,28 @@ def fidelity() -> dict[str, Any]:
     return {"profile": profile.summary(), "curve": dict(FIDELITY_CURVE.points), **result.to_dict()}
 
 
-def _speed_in(tree: Path, requests: int) -> list[dict[str, Any]]:
+def _speed_proc(tree: Path, requests: int) -> subprocess.Popen[str]:
     """``speed`` of the simulator in ``tree`` (its src/ and benchmarks/), in a fresh process."""
     code = f"import json, simulator; print(json.dumps(simulator.speed({requests}, with_baseline=False)))"
     env = {**os.environ, "PYTHONPATH": f"{tree / 'src'}{os.pathsep}{tree / 'benchmarks'}"}
-    done = subprocess.run([sys.executable, "-c", code], cwd=tree / "benchmarks", env=env,
-                          capture_output=True, text=True, check=True)
-    return json.loads(done.stdout)
+    return subprocess.Popen([sys.executable, "-c", code], cwd=tree / "benchmarks", env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def against(rev: str, requests: int, repeats: int) -> dict[str, Any]:
-    """Today's tree and ``rev``'s timed alternately (who goes first swaps each round)."""
+def _speed_out(proc: subprocess.Popen[str]) -> list[dict[str, Any]]:
+    out, err = proc.communicate()
+    if proc.returncode:
+        raise SystemExit(f"speed() failed in a child process: {err.strip()[-2000:]}")
+    return json.loads(out)
+
+
+def _speed_in(tree: Path, requests: int) -> list[dict[str, Any]]:
+    return _speed_out(_speed_proc(tree, requests))
+
+
+def against(rev: str, requests: int, repeats: int, together: bool = False) -> dict[str, Any]:
+    """Today's tree and ``rev``'s timed alternately (who goes first swaps each round), or
+    at the same time (``together``)."""
     with tempfile.TemporaryDirectory() as tmp:
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src", "benchmarks", "curves",
                                   "profiles"], capture_output=True, check=True).stdout
@@ -214,6 +227,11 @@ def against(rev: str, requests: int, repeats: int) -> dict[str, Any]:
         trees = [("today", ROOT), (rev, Path(tmp))]
         runs: dict[str, list[list[dict[str, Any]]]] = {"today": [], rev: []}
         for i in range(repeats):
+            if together:
+                procs = [(name, _speed_proc(tree, requests)) for name, tree in trees]
+                for name, proc in procs:
+                    runs[name].append(_speed_out(proc))
+                continue
             for name, tree in (trees if i % 2 == 0 else trees[::-1]):
                 runs[name].append(_speed_in(tree, requests))
     rows = []
@@ -226,7 +244,7 @@ def against(rev: str, requests: int, repeats: int) -> dict[str, Any]:
                      "ratio_min": round(min(ratios), 3), "ratio_max": round(max(ratios), 3),
                      "same_p99": all(a[j]["p99_ms"] == b[j]["p99_ms"]
                                      for a, b in zip(runs["today"], runs[rev]))})
-    return {"rev": rev, "repeats": repeats, "requests": requests, "rows": rows}
+    return {"rev": rev, "repeats": repeats, "requests": requests, "together": together, "rows": rows}
 
 
 def main() -> None:
@@ -238,6 +256,8 @@ def main() -> None:
                     help="skip the pre-issue-13 engines (read from git) timed beside today's")
     ap.add_argument("--against", metavar="REV", help="also time git revision REV's simulator, alternating")
     ap.add_argument("--repeats", type=int, default=3, help="rounds of --against [3]")
+    ap.add_argument("--together", action="store_true",
+                    help="--against: run today's and REV's processes of a round at the same time")
     ap.add_argument("--shared-requests", type=int, default=200_000,
                     help="requests of the shared-device speed row (0 skips it)")
     args = ap.parse_args()
@@ -247,7 +267,7 @@ def main() -> None:
     result: dict[str, Any] = {"speed": rows}
     if args.against:
         with console.status(f"today's simulator and {args.against}'s, {args.repeats} rounds ..."):
-            result["against"] = against(args.against, args.requests, args.repeats)
+            result["against"] = against(args.against, args.requests, args.repeats, args.together)
     if args.shared_requests:
         with console.status(f"the shared engine, {args.shared_requests:,} requests ..."):
             result["shared"] = shared_speed(args.shared_requests)
