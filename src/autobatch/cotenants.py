@@ -158,20 +158,20 @@ def parse_cotenants(data: Any, source: str, base_dir: str | Path = ".") -> tuple
         names[name] = i
         curve = _curve(sec, Path(base_dir))
         batch_size = sec.int("batch_size", min=1)
-        if sec.has("rate_bps") == sec.has("duty"):
-            raise sec.fail("duty" if sec.has("duty") else "rate_bps", sec.raw("duty", None),
-                           "give rate_bps (batches a second, open loop) or duty (share of the "
-                           "device, closed loop): one of the two")
         rate = sec.float("rate_bps", None, min=0.0, min_exclusive=True)
         duty = sec.float("duty", None, min=0.0, min_exclusive=True, max=1.0)
         arrival = sec.str("arrival", "poisson", choices=ARRIVALS)
-        if duty is not None and sec.has("arrival"):
-            raise sec.fail("arrival", arrival, "only applies to an open-loop job (rate_bps)")
         start = sec.float("start_s", 0.0, min=0.0)
         stop = sec.float("stop_s", math.inf, min=0.0)
+        sec.done()  # first: a misspelt field ('dutty') is named as such, not as a missing duty
+        if (rate is None) == (duty is None):
+            raise sec.fail("duty" if duty is not None else "rate_bps", duty,
+                           "give rate_bps (batches a second, open loop) or duty (share of the "
+                           "device, closed loop): one of the two")
+        if duty is not None and sec.has("arrival"):
+            raise sec.fail("arrival", arrival, "only applies to an open-loop job (rate_bps)")
         if stop <= start:
             raise sec.fail("stop_s", stop, f"must be after start_s ({start:g})")
-        sec.done()
         jobs.append(CoTenant(name, curve, batch_size, rate, duty, arrival, ((start, stop),)))
     return tuple(jobs)
 
