@@ -22,3 +22,19 @@ RestrictedHeaderOption = Annotated[
 RestrictedKeyFileOption = Annotated[
     Path | None, typer.Option(help="A file holding that header's key (never shown).")
 ]
+CotenantsOption = Annotated[
+    Path | None,
+    typer.Option(help="Co-tenant jobs on the model's device (YAML: cotenants, optionally sharing); "
+                      "the instances and the jobs then share one device."),
+]
+SharingOption = Annotated[
+    str | None,
+    typer.Option(help="How the device is shared: exclusive, timeslice or concurrent "
+                      "[the co-tenant file's, or timeslice]."),
+]
+QuantumOption = Annotated[
+    float | None, typer.Option(help="timeslice: the longest turn on the device, ms [2].")
+]
+SwitchOption = Annotated[
+    float | None, typer.Option(help="timeslice: device time lost at each change of turn, ms [0].")
+]

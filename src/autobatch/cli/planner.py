@@ -13,9 +13,13 @@ from autobatch.cli.app import app, out, print_json, warn
 from autobatch.cli.lab import int_list
 from autobatch.cli.options import (
     BatchOverheadOption,
+    CotenantsOption,
     CurveOption,
+    QuantumOption,
     RequestOverheadOption,
     SessionPolicyOption,
+    SharingOption,
+    SwitchOption,
     TraceModelOption,
 )
 from autobatch.config import check_seed
@@ -108,6 +112,10 @@ def simulate(
         float, typer.Option(help="Added to every latency (network, client); no instance time.")
     ] = 0.0,
     engine: Annotated[str, typer.Option(help="auto, triton, rules or general.")] = "auto",
+    cotenants: CotenantsOption = None,
+    sharing: SharingOption = None,
+    quantum_ms: QuantumOption = None,
+    switch_ms: SwitchOption = None,
     seed: Annotated[int, typer.Option(help="Seed of arrivals and noise.")] = 0,
     json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
@@ -126,8 +134,16 @@ def simulate(
     --session-policy batch-waiting
 
     Example: autobatch simulate --curve C --profile P --trace production.csv --json
+
+    A shared device (--cotenants FILE, --sharing, --quantum-ms; or a --schedule whose
+    phases give `cotenants: N`): the instances and the co-tenant jobs share one device,
+    and the result adds the device's busy share by tenant and each co-tenant's latency
+    and throughput.
+
+    Example: autobatch simulate --curve curves/t4-resnet50-fp16.yaml --rate 300
+    --cotenants examples/cotenants/t4-two-jobs.yaml --instances 2 --sharing timeslice --quantum-ms 2
     """
-    from autobatch.plan.simulator import build_workload
+    from autobatch.plan.simulator import build_workload, load_shared_device
     from autobatch.plan.simulator import simulate as run_simulation
     from autobatch.traces import parse_rows
 
@@ -141,6 +157,9 @@ def simulate(
     duration = 60.0 if duration is None else duration
     max_batch_size = 32 if max_batch_size is None else max_batch_size
     if sessions is not None:
+        if cotenants is not None or sharing is not None:
+            raise ConfigError("--sessions does not go with --cotenants/--sharing: sessions are "
+                              "simulated with the device to the model")
         _simulate_sessions(service, sessions, fps, session_policy, duration, max_batch_size, seed,
                            json_output)
         return
@@ -151,7 +170,11 @@ def simulate(
         rows=parse_rows(rows) if rows is not None else None,
         priority_mix=_priority_mix(priority_mix), burst_gap_s=burst_gap_us / 1e6, seed=seed,
     )
-    result = run_simulation(prof, service, work, instances=instances, seed=seed, engine=engine)
+    device = load_shared_device(cotenants=cotenants, schedule=schedule, policy=sharing,
+                                quantum_ms=quantum_ms, switch_ms=switch_ms, placed=True)
+    result = run_simulation(prof, service, work, instances=instances, seed=seed, engine=engine,
+                            sharing=None if device is None else device.sharing,
+                            cotenants=() if device is None else device.cotenants)
     _print_simulation(prof, service, work, result, json_output)
 
 
@@ -285,6 +308,10 @@ def plan(
         str | None,
         typer.Option(help="Urgent and batchable shares, e.g. 1:0.1,2:0.9: adds a two-lane profile."),
     ] = None,
+    cotenants: CotenantsOption = None,
+    sharing: SharingOption = None,
+    quantum_ms: QuantumOption = None,
+    switch_ms: SwitchOption = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
 ) -> None:
     """Plan batching for a model: the SLO budget, whether batching pays, candidate profiles,
@@ -306,10 +333,20 @@ def plan(
 
     Example: autobatch plan --curve curves/laptop-256x144-fp16.yaml --slo-p99-ms 100
     --network-ms 2 --rate 600 --max-batch-size 8 --priority-mix 1:0.1,2:0.9 --write-profiles out/p
+
+    On a shared device (--cotenants FILE, --sharing, --quantum-ms, or a --schedule whose
+    phases give `cotenants: N`) every candidate runs with the co-tenants and without
+    them: does batching pay with them on the device (the best profile alone may break
+    the SLO with them; the default may no longer keep up), and does switching pay when
+    they come and go.
+
+    Example: autobatch plan --curve curves/t4-resnet50-fp16.yaml --slo-p99-ms 60 --network-ms 0
+    --rate 150 --cotenants examples/cotenants/t4-two-jobs.yaml
     """
     from autobatch.cli.views import plot_file, plot_plan
     from autobatch.curve import load_curve
     from autobatch.plan.planner import make_plan
+    from autobatch.plan.simulator import load_shared_device
     from autobatch.profiles import load_profiles
     from autobatch.profiles import write_profiles as write_profile_files
     from autobatch.schedule import load_schedule
@@ -318,6 +355,8 @@ def plan(
     _at_least_0("--network-ms", network_ms, "milliseconds")
     if plot is not None:
         plot_file(plot, field="--plot")  # before the planning runs and any profile is written
+    device = load_shared_device(cotenants=cotenants, schedule=schedule, policy=sharing,
+                                quantum_ms=quantum_ms, switch_ms=switch_ms)
     result = make_plan(
         load_curve(curve),
         slo_p99_ms,
@@ -338,6 +377,7 @@ def plan(
         ladder=list(load_profiles(ladder).values()) if ladder is not None else None,
         reaction_s=reaction_s,
         priority_mix=_priority_mix(priority_mix),
+        device=device,
     )
     written = (
         write_profile_files(result.profile_documents(), write_profiles, force=force)

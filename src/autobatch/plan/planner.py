@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from autobatch.config import check_seed
@@ -40,7 +40,14 @@ from autobatch.curve import BatchCurve, PointKind
 from autobatch.errors import ConfigError
 from autobatch.plan.lanes import Lanes, plan_lanes
 from autobatch.plan.sessions import SESSION_POLICIES, SessionsResult, simulate_sessions
-from autobatch.plan.simulator import ServiceModel, SimResult, Workload, simulate
+from autobatch.plan.simulator import (
+    ServiceModel,
+    SharedDevice,
+    SimResult,
+    Workload,
+    device_ms_per_request,
+    simulate,
+)
 from autobatch.plan.slo import (
     ARTICLE_EXAMPLE,
     DEFAULT_MARGIN_FRAC,
@@ -53,11 +60,14 @@ from autobatch.plan.sweep import SweepPoint, max_sustained_rate
 from autobatch.plan.switching import SwitchingMap, pick_profile, switching_map, triton_default
 from autobatch.plan.verdict import (
     GainRow,
+    SharedOption,
+    SharedVerdict,
     Verdict,
     VerdictKind,
     batching_verdict,
     candidate_profiles,
     gain_table,
+    shared_verdict,
 )
 from autobatch.profiles import INT32_MAX, Profile
 from autobatch.schedule import Phase, Schedule
@@ -132,31 +142,42 @@ class LoadSpec:
         }
 
 
+def _meets(result: SimResult, slo_p99_ms: float) -> bool:
+    """Within the SLO at p99, and keeping up (a backlog drained after the arrivals stop
+    serves less than was offered)."""
+    lat = result.latency
+    return lat is not None and lat.p99_ms <= slo_p99_ms and result.throughput_rps >= 0.97 * result.offered_rps
+
+
 @dataclass(frozen=True)
 class Candidate:
     profile: Profile
     at_load: SimResult
+    """At the plan's load, on the plan's device (with its co-tenants, if any)."""
     max_rate_rps: float
     sweep: tuple[SweepPoint, ...]
     slo_p99_ms: float
+    alone: SimResult | None = None
+    """With co-tenants on the device: the same load with the device to the model (its
+    instances only), to set beside ``at_load``."""
 
     @property
     def device_ms(self) -> float:
-        """Instance milliseconds per request at the given load."""
-        r = self.at_load
-        return r.utilisation * r.instances * r.span_s * 1000.0 / r.completed if r.completed else math.nan
+        """Device milliseconds per request at the given load: the busy instance time, or on
+        a shared device the model's own device work."""
+        return device_ms_per_request(self.at_load)
 
     @property
     def meets_slo(self) -> bool:
-        lat = self.at_load.latency
-        return (
-            lat is not None
-            and lat.p99_ms <= self.slo_p99_ms
-            and self.at_load.throughput_rps >= 0.97 * self.at_load.offered_rps
-        )
+        return _meets(self.at_load, self.slo_p99_ms)
+
+    @property
+    def meets_slo_alone(self) -> bool:
+        return _meets(self.alone if self.alone is not None else self.at_load, self.slo_p99_ms)
 
     def to_dict(self) -> dict[str, Any]:
         lat = self.at_load.latency
+        dev = self.at_load.device
         return {
             "name": self.profile.name,
             "profile": self.profile.to_dict(),
@@ -173,6 +194,14 @@ class Candidate:
                 "mean_batch": round(self.at_load.mean_batch, 3),
                 "utilisation": round(self.at_load.utilisation, 4),
                 "device_ms_per_request": None if math.isnan(self.device_ms) else round(self.device_ms, 4),
+                "device": None if dev is None else dev.to_dict(),
+                "cotenants": [c.to_dict() for c in self.at_load.cotenants],
+            },
+            "alone": None if self.alone is None else {
+                "latency_ms": _latency(self.alone),
+                "throughput_rps": round(self.alone.throughput_rps, 3),
+                "busy_share": None if self.alone.device is None else round(self.alone.device.busy_share, 4),
+                "meets_slo": self.meets_slo_alone,
             },
             "meets_slo": self.meets_slo,
             "max_rate_rps": round(self.max_rate_rps, 2),
@@ -201,6 +230,10 @@ class Plan:
     """Does switching pay here: the default, each profile and an oracle over a schedule."""
     lanes: Lanes | None = None
     """With a priority mix: the two-lane profile (:mod:`autobatch.plan.lanes`)."""
+    device: SharedDevice | None = None
+    """The shared device the candidates ran on (None: every instance its own device)."""
+    shared: SharedVerdict | None = None
+    """With co-tenants: does batching pay with them on the device (:func:`shared_verdict`)."""
 
     @property
     def example(self) -> Budget:
@@ -212,17 +245,28 @@ class Plan:
         SLO: the least device time, unless it saves under 15% against the lowest-p99
         one, then the lowest p99. With batching that loses, batch 1 whenever it is
         within the SLO."""
-        ok = [c for c in self.candidates if c.meets_slo]
+        return self._best(alone=False)
+
+    @property
+    def recommended_alone(self) -> Candidate | None:
+        """The same choice from the runs with the device to the model (no co-tenants)."""
+        return self._best(alone=True)
+
+    def _best(self, *, alone: bool) -> Candidate | None:
+        ok = [c for c in self.candidates if (c.meets_slo_alone if alone else c.meets_slo)]
         if not ok:
             return None
         soft = next((c for c in ok if c.profile.name == "latency-soft"), None)
         if self.verdict.kind is VerdictKind.LOSES and soft is not None:
             return soft
-        name = pick_profile([
-            (c.profile.name, 0.0, c.at_load.latency.p99_ms if c.at_load.latency else math.inf,
-             c.device_ms if not math.isnan(c.device_ms) else math.inf)
-            for c in ok
-        ])
+
+        def figures(c: Candidate) -> tuple[str, float, float, float]:
+            r = c.alone if alone and c.alone is not None else c.at_load
+            dev = device_ms_per_request(r)
+            return (c.profile.name, 0.0, r.latency.p99_ms if r.latency else math.inf,
+                    dev if not math.isnan(dev) else math.inf)
+
+        name = pick_profile([figures(c) for c in ok])
         return next(c for c in ok if c.profile.name == name)
 
     @property
@@ -290,7 +334,16 @@ class Plan:
             "sessions": [s.to_dict() for s in self.sessions],
             "switching": None if self.switching is None else self.switching.to_dict(),
             "lanes": None if self.lanes is None else self.lanes.to_dict(),
+            "device": None if self.device is None else self.device.to_dict(),
+            "shared": None if self.shared is None else self.shared.to_dict(),
         }
+
+
+def _latency(result: SimResult) -> dict[str, float] | None:
+    lat = result.latency
+    if lat is None:
+        return None
+    return {"p50": round(lat.p50_ms, 3), "p95": round(lat.p95_ms, 3), "p99": round(lat.p99_ms, 3)}
 
 
 def _p99(stats: Any) -> str:
@@ -322,6 +375,7 @@ def make_plan(
     reaction_s: float = 2.0,
     schedule_label: str | None = None,
     priority_mix: Mapping[int, float] | None = None,
+    device: SharedDevice | None = None,
 ) -> Plan:
     """Everything ``autobatch plan`` prints, for one curve, SLO and load.
 
@@ -336,6 +390,12 @@ def make_plan(
 
     ``priority_mix`` (level -> share of requests: 1 urgent, 2 batchable) adds
     two priority lanes on the candidate with the SLO's wait (:mod:`autobatch.plan.lanes`).
+
+    ``device``: the instances share one device with its co-tenants (:class:`SharedDevice`).
+    Every candidate then runs on it, at the load and in the sweep, and again without
+    the co-tenants; "does batching pay?" gets a verdict with them (:func:`shared_verdict`);
+    "does switching pay?" runs the co-tenants as the schedule's phases place them (as
+    declared, for the assumed step). Sessions and priority lanes are planned without it.
     """
     _check_inputs(max_batch_size, instances, seed)
     # network_ms is the SLO's own: checked (and named) as that, before it becomes the
@@ -348,7 +408,7 @@ def make_plan(
         fixed_latency_ms=network_ms,
         noise_cv=noise_cv,
     )
-    run = _Run(service, float(slo_p99_ms), instances, seed, duration_s)
+    run = _Run(service, float(slo_p99_ms), instances, seed, duration_s, device)
     load = _load(run, rate_rps, sessions, fps)
     verdict = batching_verdict(curve, max_batch_size)
     fit = largest_fitting_batch(curve, slo_p99_ms, network_ms, max_batch_size, margin_frac=margin_frac)
@@ -358,7 +418,8 @@ def make_plan(
         run, verdict, budget, max_batch_size, allow_extrapolation=allow_extrapolation, model=model
     )
     workload = load.workload(duration_s, seed)
-    return Plan(
+    candidates = tuple(_candidate(run, p, workload, sweep_points, sweep_requests) for p in profiles)
+    plan = Plan(
         curve=curve,
         slo_p99_ms=run.slo_p99_ms,
         network_ms=float(network_ms),
@@ -370,13 +431,15 @@ def make_plan(
         largest_fit=fit,
         budget=budget,
         load=load,
-        candidates=tuple(_candidate(run, p, workload, sweep_points, sweep_requests) for p in profiles),
+        candidates=candidates,
         sessions=_sessions(run, load, profile_mbs),
         allow_extrapolation=allow_extrapolation,
         switching=_switching(run, list(ladder) if ladder else list(profiles), load, schedule,
                              schedule_label, reaction_s),
         lanes=_lanes(run, profiles, load, priority_mix),
+        device=device,
     )
+    return replace(plan, shared=_shared(plan))
 
 
 # -- the steps of make_plan, in order ---------------------------------------------------------
@@ -392,6 +455,15 @@ class _Run:
     seed: int
     duration_s: float
     """How long the given load is simulated."""
+    device: SharedDevice | None = None
+
+    def simulate(self, profile: Profile, workload: Workload, *, cotenants: bool = True) -> SimResult:
+        """``workload`` under ``profile`` on the plan's device (without its co-tenants when
+        ``cotenants`` is False)."""
+        if self.device is None:
+            return simulate(profile, self.service, workload, instances=self.instances, seed=self.seed)
+        return simulate(profile, self.service, workload, instances=self.instances, seed=self.seed,
+                        sharing=self.device.sharing, cotenants=self.device.cotenants if cotenants else ())
 
 
 def _check_inputs(max_batch_size: int, instances: int, seed: int) -> None:
@@ -447,8 +519,10 @@ def _profiles(run: _Run, verdict: Verdict, budget: Budget, max_batch_size: int, 
 
 def _candidate(run: _Run, prof: Profile, workload: Workload, sweep_points: int,
                sweep_requests: int) -> Candidate:
-    """One profile at the given load, and the highest Poisson rate it sustains within the SLO."""
-    at_load = simulate(prof, run.service, workload, instances=run.instances, seed=run.seed)
+    """One profile at the given load, and the highest Poisson rate it sustains within the SLO;
+    with co-tenants, also at the load without them."""
+    at_load = run.simulate(prof, workload)
+    alone = run.simulate(prof, workload, cotenants=False) if run.device and run.device.cotenants else None
     top, sweep = max_sustained_rate(
         prof,
         run.service,
@@ -457,8 +531,9 @@ def _candidate(run: _Run, prof: Profile, workload: Workload, sweep_points: int,
         points=sweep_points,
         requests=sweep_requests,
         seed=run.seed,
+        device=run.device,
     )
-    return Candidate(prof, at_load, top, sweep, run.slo_p99_ms)
+    return Candidate(prof, at_load, top, sweep, run.slo_p99_ms, alone)
 
 
 def _sessions(run: _Run, load: LoadSpec, profile_mbs: int) -> tuple[SessionsResult, ...]:
@@ -491,6 +566,38 @@ def _switching(run: _Run, ladder: list[Profile], load: LoadSpec, schedule: Sched
         ladder, run.service, schedule,
         slo_ms=run.slo_p99_ms, slo_share=0.01, instances=run.instances, reaction_s=reaction_s,
         seed=run.seed, label=schedule_label or "the given schedule",
+        device=None if run.device is None else run.device.for_schedule(schedule),
+    )
+
+
+def _shared(plan: Plan) -> SharedVerdict | None:
+    """With co-tenants: each candidate alone and with them, and the verdict."""
+    if plan.device is None or not plan.device.cotenants:
+        return None
+    options = []
+    for c in plan.candidates:
+        alone, shared = c.alone, c.at_load
+        assert alone is not None and alone.device is not None and shared.device is not None
+        options.append(SharedOption(
+            name=c.profile.name,
+            waits=c.profile.max_queue_delay_us > 0,
+            alone_ok=c.meets_slo_alone,
+            shared_ok=c.meets_slo,
+            alone_p95_ms=None if alone.latency is None else alone.latency.p95_ms,
+            shared_p95_ms=None if shared.latency is None else shared.latency.p95_ms,
+            shared_p99_ms=None if shared.latency is None else shared.latency.p99_ms,
+            alone_busy=alone.device.busy_share,
+            shared_busy=shared.device.busy_share,
+            model_share=shared.device.model_share,
+            served=shared.completed / shared.requests if shared.requests else 1.0,
+            cotenant_items_per_s=sum(ct.items_per_s for ct in shared.cotenants),
+        ))
+    best_alone, best_shared = plan.recommended_alone, plan.recommended
+    return shared_verdict(
+        tuple(options), default=plan.candidates[0].profile.name,
+        best_alone=None if best_alone is None else best_alone.profile.name,
+        best_shared=None if best_shared is None else best_shared.profile.name,
+        device=plan.device.label, slo_ms=plan.slo_p99_ms,
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from autobatch.plan.simulator import ServiceModel, Workload, simulate
+from autobatch.plan.simulator import ServiceModel, SharedDevice, Workload, simulate
 from autobatch.profiles import Profile
 
 __all__ = ["SweepPoint", "max_sustained_rate"]
@@ -53,9 +53,15 @@ def _point(
     requests: int,
     seed: int,
     instances: int,
+    device: SharedDevice | None = None,
 ) -> SweepPoint:
     duration = max(requests / rate, 1.0)
-    res = simulate(profile, service, Workload.poisson(rate, duration, seed), instances=instances)
+    work = Workload.poisson(rate, duration, seed)
+    if device is None:
+        res = simulate(profile, service, work, instances=instances)
+    else:
+        res = simulate(profile, service, work, instances=instances, sharing=device.sharing,
+                       cotenants=device.cotenants)
     lat = res.latency
     assert lat is not None  # every request completes without queue policies
     # Saturated runs drain a backlog after the arrivals stop: throughput falls
@@ -82,6 +88,7 @@ def max_sustained_rate(
     refine: int = 6,
     requests: int = 20_000,
     seed: int = 0,
+    device: SharedDevice | None = None,
 ) -> tuple[float, tuple[SweepPoint, ...]]:
     """The highest Poisson rate at which ``profile`` keeps p99 within the SLO, and the
     sweep behind it.
@@ -90,12 +97,13 @@ def max_sustained_rate(
     wait the whole delay; a little more load fills batches sooner), so the
     rate is found on a grid up to the curve's capacity and then bisected
     between the last good and the first bad grid point. 0 when even the
-    lowest rate misses the SLO.
+    lowest rate misses the SLO. On a shared ``device`` every point runs with its
+    co-tenants (their declared times, from the start of each run).
     """
     cap = _capacity_rps(profile, service, instances)
     grid = [cap * (i + 1) / points for i in range(points)]
     sweep = [
-        _point(profile, service, r, slo_p99_ms, requests, seed, instances) for r in grid
+        _point(profile, service, r, slo_p99_ms, requests, seed, instances, device) for r in grid
     ]
     good = [p for p in sweep if p.within_slo]
     if not good:
@@ -107,7 +115,7 @@ def max_sustained_rate(
     lo, hi = last_good.rate_rps, above[0].rate_rps
     for _ in range(refine):
         mid = (lo + hi) / 2
-        pt = _point(profile, service, mid, slo_p99_ms, requests, seed, instances)
+        pt = _point(profile, service, mid, slo_p99_ms, requests, seed, instances, device)
         sweep.append(pt)
         if pt.within_slo:
             lo = mid

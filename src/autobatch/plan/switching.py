@@ -42,15 +42,21 @@ Pure: values in, values out.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 import numpy as np
 
 from autobatch.errors import ConfigError
-from autobatch.plan.simulator import ServiceModel, Workload, simulate
+from autobatch.plan.simulator import (
+    ServiceModel,
+    SharedDevice,
+    Workload,
+    device_ms_per_request,
+    simulate,
+)
 from autobatch.profiles import Profile
 from autobatch.schedule import Phase, Schedule
 
@@ -122,15 +128,21 @@ class Strategy:
     over_slo: float
     """Share of all requests over the SLO."""
     device_ms: float
-    """Instance milliseconds per request over the whole schedule."""
+    """Instance milliseconds per request over the whole schedule (on a shared device: the
+    model's own device work per request)."""
+    cotenants_bps: Mapping[str, float] = field(default_factory=dict)
+    """On a shared device: each co-tenant's batches per second of its active time."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "name": self.name,
             "over_slo": round(self.over_slo, 5),
             "device_ms": round(self.device_ms, 4),
             "phases": [p.to_dict() for p in self.phases],
         }
+        if self.cotenants_bps:
+            out["cotenants_bps"] = {k: round(v, 3) for k, v in self.cotenants_bps.items()}
+        return out
 
 
 class SwitchingKind(str, Enum):
@@ -182,6 +194,8 @@ class SwitchingMap:
     statics: tuple[Strategy, ...]
     oracle: Strategy
     verdict: SwitchingVerdict
+    device: str | None = None
+    """On a shared device: who shares it, and how (``SharedDevice.label``)."""
 
     def static(self, name: str) -> Strategy:
         for s in self.statics:
@@ -198,6 +212,7 @@ class SwitchingMap:
             "statics": [s.to_dict() for s in self.statics],
             "oracle": self.oracle.to_dict(),
             "verdict": self.verdict.to_dict(),
+            "device": self.device,
         }
 
 
@@ -242,23 +257,45 @@ def pick_profile(
 # -- the simulation -------------------------------------------------------------------------
 
 
-def _device_ms(result: Any) -> float:
-    """Instance milliseconds per completed request of a simulated run."""
-    if result.completed == 0:
-        return math.nan
-    return result.utilisation * result.instances * result.span_s * 1000.0 / result.completed
+@dataclass(frozen=True)
+class _Out:
+    """One simulated stretch: latencies (ms, arrival order), the model's device ms in all,
+    and per co-tenant (batches completed, seconds active)."""
+
+    lat: np.ndarray
+    device_ms: float
+    cotenants: Mapping[str, tuple[int, float]] = field(default_factory=dict)
 
 
 def _run(profile: Profile, service: ServiceModel, t_s: np.ndarray, duration_s: float,
-         instances: int, seed: int) -> tuple[np.ndarray, float]:
-    """Latencies (ms, arrival order) and total instance ms of ``t_s`` (from 0) under ``profile``."""
+         instances: int, seed: int, device: SharedDevice | None = None,
+         offset_s: float = 0.0) -> _Out:
+    """``t_s`` (from 0) under ``profile``; on a shared ``device``, with the co-tenants of
+    ``[offset_s, offset_s + duration_s)`` of the schedule."""
     if t_s.shape[0] == 0:
-        return np.zeros(0), 0.0
+        return _Out(np.zeros(0), 0.0)
     work = Workload(t_s=t_s, duration_s=max(duration_s, float(t_s[-1]) + 1e-6))
-    res = simulate(profile, service, work, instances=instances, seed=seed, keep_latencies=True)
+    if device is None:
+        res = simulate(profile, service, work, instances=instances, seed=seed, keep_latencies=True)
+    else:
+        here = device.between(offset_s, offset_s + work.duration_s)
+        res = simulate(profile, service, work, instances=instances, seed=seed, keep_latencies=True,
+                       sharing=here.sharing, cotenants=here.cotenants)
     lat = res.latencies_ms
     assert lat is not None and lat.shape[0] == t_s.shape[0], "every request completes without queue policies"
-    return lat, res.utilisation * res.instances * res.span_s * 1000.0
+    return _Out(lat, device_ms_per_request(res) * res.completed,
+                {c.name: (c.batches, c.active_s) for c in res.cotenants})
+
+
+def _rates(outs: Sequence[_Out]) -> dict[str, float]:
+    """Each co-tenant's batches per active second over several stretches."""
+    done: dict[str, list[float]] = {}
+    for o in outs:
+        for name, (batches, active) in o.cotenants.items():
+            acc = done.setdefault(name, [0.0, 0.0])
+            acc[0] += batches
+            acc[1] += active
+    return {name: b / a if a > 0 else 0.0 for name, (b, a) in done.items()}
 
 
 def _p95(lat: np.ndarray) -> float | None:
@@ -278,6 +315,7 @@ def switching_map(
     min_device_saving: float = 0.15,
     seed: int = 0,
     label: str = "schedule",
+    device: SharedDevice | None = None,
 ) -> SwitchingMap:
     """Simulate the default, each static profile and the oracle over ``schedule``.
 
@@ -286,19 +324,25 @@ def switching_map(
     latency a request must beat; the share over it is what every comparison uses,
     and ``slo_share`` the share the SLO allows (0.05 for a p95 SLO, 0.01 for p99):
     a phase no strategy keeps within it is overloaded.
+
+    On a shared ``device`` every run has the co-tenants of its stretch of the schedule
+    (their windows on the schedule's clock: :meth:`SharedDevice.for_schedule` places a
+    schedule's ``cotenants: N`` phases), device time is the model's own work, and each
+    strategy reports the co-tenants' throughput.
     """
     _check(profiles, slo_ms, reaction_s, instances)
     ladder = sorted(profiles, key=lambda p: p.name != DEFAULT_PROFILE)  # the default first: ties go to it
     if ladder[0].name != DEFAULT_PROFILE:
         ladder.insert(0, triton_default(max(p.max_batch_size for p in ladder), model=ladder[0].model))
-    run = _Setup.of(schedule, service, slo_ms, instances, seed)
+    run = _Setup.of(schedule, service, slo_ms, instances, seed, device)
     steady = _steady(run, ladder)
     statics = [_static(run, p, steady) for p in ladder]
     picks = _picks(run, ladder, steady, tolerance=tolerance, min_device_saving=min_device_saving)
     oracle = _oracle(run, {p.name: p for p in ladder}, steady, picks, reaction_s)
     verdict = _verdict(statics, oracle, tolerance=tolerance, min_device_saving=min_device_saving,
                        slo_share=slo_share, instances=instances)
-    return SwitchingMap(label, instances, float(slo_ms), float(reaction_s), tuple(statics), oracle, verdict)
+    return SwitchingMap(label, instances, float(slo_ms), float(reaction_s), tuple(statics), oracle, verdict,
+                        None if device is None else device.label)
 
 
 # -- the steps of switching_map, in order -----------------------------------------------------
@@ -330,17 +374,18 @@ class _Setup:
     """Per phase: which arrivals fall in it."""
     starts: list[float]
     ends: list[float]
+    device: SharedDevice | None = None
 
     @classmethod
     def of(cls, schedule: Schedule, service: ServiceModel, slo_ms: float, instances: int,
-           seed: int) -> _Setup:
+           seed: int, device: SharedDevice | None = None) -> _Setup:
         work = Workload.from_schedule(schedule, seed)
         phase_of = work.phase
         assert phase_of is not None
         starts = list(schedule.starts_s)
         return cls(schedule, service, slo_ms, instances, seed, work.t_s,
                    [phase_of == i for i in range(len(schedule.phases))],
-                   starts, starts[1:] + [schedule.duration_s])
+                   starts, starts[1:] + [schedule.duration_s], device)
 
     @property
     def phases(self) -> tuple[Phase, ...]:
@@ -350,8 +395,10 @@ class _Setup:
     def n_total(self) -> int:
         return max(int(self.t.shape[0]), 1)
 
-    def run(self, profile: Profile, t_s: np.ndarray, duration_s: float) -> tuple[np.ndarray, float]:
-        return _run(profile, self.service, t_s, duration_s, self.instances, self.seed)
+    def run(self, profile: Profile, t_s: np.ndarray, duration_s: float, offset_s: float = 0.0) -> _Out:
+        """``t_s`` from ``offset_s`` into the schedule (times relative to it)."""
+        return _run(profile, self.service, t_s, duration_s, self.instances, self.seed, self.device,
+                    offset_s)
 
 
 _Steady = dict[tuple[str, int], tuple[float, float, float]]
@@ -364,7 +411,8 @@ def _steady(run: _Setup, ladder: Sequence[Profile]) -> _Steady:
     for i, phase in enumerate(run.phases):
         ti = run.t[run.masks[i]] - run.starts[i]
         for p in ladder:
-            lat, busy = run.run(p, ti, phase.duration_s)
+            o = run.run(p, ti, phase.duration_s, run.starts[i])
+            lat, busy = o.lat, o.device_ms
             n = lat.shape[0]
             steady[(p.name, i)] = (
                 float((lat > run.slo_ms).mean()) if n else 0.0,
@@ -394,12 +442,13 @@ def _phase_figures(run: _Setup, steady: _Steady, lat: np.ndarray,
 
 def _static(run: _Setup, p: Profile, steady: _Steady) -> Strategy:
     """One profile through the whole schedule: backlogs carry over from phase to phase."""
-    lat, busy = run.run(p, run.t, run.schedule.duration_s)
+    o = run.run(p, run.t, run.schedule.duration_s)
     return Strategy(
         name=p.name,
-        phases=_phase_figures(run, steady, lat, [p.name] * len(run.phases)),
-        over_slo=float((lat > run.slo_ms).mean()) if lat.shape[0] else 0.0,
-        device_ms=busy / run.n_total,
+        phases=_phase_figures(run, steady, o.lat, [p.name] * len(run.phases)),
+        over_slo=float((o.lat > run.slo_ms).mean()) if o.lat.shape[0] else 0.0,
+        device_ms=o.device_ms / run.n_total,
+        cotenants_bps=_rates([o]),
     )
 
 
@@ -440,20 +489,23 @@ def _oracle(run: _Setup, by_name: dict[str, Profile], steady: _Steady, picks: li
     t, duration_s = run.t, run.schedule.duration_s
     lat_all = np.zeros(t.shape[0])
     busy_all = 0.0
+    outs = []
     for a, b, name in merged:
         sel = (t >= a) & (t < b)
         idx = np.nonzero(sel)[0]
         if idx.shape[0] == 0:
             continue
         span = (min(b, duration_s) - a) if math.isfinite(b) else duration_s - a
-        lat, busy = run.run(by_name[name], t[idx] - a, max(span, 1e-3))
-        lat_all[idx] = lat
-        busy_all += busy
+        o = run.run(by_name[name], t[idx] - a, max(span, 1e-3), a)
+        lat_all[idx] = o.lat
+        busy_all += o.device_ms
+        outs.append(o)
     return Strategy(
         name="oracle",
         phases=_phase_figures(run, steady, lat_all, picks),
         over_slo=float((lat_all > run.slo_ms).mean()) if t.shape[0] else 0.0,
         device_ms=busy_all / run.n_total,
+        cotenants_bps=_rates(outs),
     )
 
 

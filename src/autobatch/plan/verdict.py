@@ -4,7 +4,12 @@ The batch gain per size (per-item time against batch 1, every size flagged
 measured, interpolated or extrapolated), the plain verdict (batching *loses*,
 is *marginal* or *pays*), and the candidate profiles from latency-soft to
 aggressive that :func:`autobatch.plan.planner.make_plan` then simulates.
-Pure: a curve in, values out.
+
+On a shared device the curve's answer is not the whole answer: co-tenants
+stretch every batch, so the profile that waits for free alone may break the
+SLO with them, and Triton's default may no longer keep up. :func:`shared_verdict`
+says which, from each candidate simulated alone and with the co-tenants.
+Pure: values in, values out.
 """
 
 from __future__ import annotations
@@ -18,11 +23,15 @@ from autobatch.profiles import Profile
 
 __all__ = [
     "GainRow",
+    "SharedKind",
+    "SharedOption",
+    "SharedVerdict",
     "Verdict",
     "VerdictKind",
     "batching_verdict",
     "candidate_profiles",
     "gain_table",
+    "shared_verdict",
 ]
 
 MARGINAL_GAIN = 0.9
@@ -209,3 +218,112 @@ def candidate_profiles(
             name="aggressive", preferred_batch_size=(best,), max_queue_delay_us=delay_us, **common
         ),
     )
+
+
+# -- on a shared device -----------------------------------------------------------------------
+
+
+class SharedKind(str, Enum):
+    FREES = "frees"
+    """Waiting keeps the SLO with the co-tenants too, and frees device time for them."""
+    NEEDED = "needed"
+    """Triton's default no longer keeps the SLO with the co-tenants; a waiting profile does."""
+    BREAKS = "breaks"
+    """The best profile alone breaks the SLO with the co-tenants; another keeps it."""
+    FULL = "full"
+    """No profile keeps the SLO with the co-tenants: the device is too full."""
+    NO_GAIN = "no-gain"
+    """With the co-tenants the best profile does not wait: batching frees nothing here."""
+
+
+@dataclass(frozen=True)
+class SharedOption:
+    """One candidate at the plan's load, with the device to the model and with the co-tenants."""
+
+    name: str
+    waits: bool
+    """It waits for a batch (a queue delay above 0)."""
+    alone_ok: bool
+    shared_ok: bool
+    alone_p95_ms: float | None
+    shared_p95_ms: float | None
+    shared_p99_ms: float | None
+    alone_busy: float
+    """The device's busy share with the model alone."""
+    shared_busy: float
+    """The device's busy share with the co-tenants (every tenant)."""
+    model_share: float
+    """The model's own work over the run, with the co-tenants."""
+    served: float
+    """Requests served over requests offered, with the co-tenants."""
+    cotenant_items_per_s: float
+    """The co-tenants' items per second of their active time, summed."""
+
+    def to_dict(self) -> dict[str, Any]:
+        def r(v: float | None, n: int = 3) -> float | None:
+            return None if v is None else round(v, n)
+
+        return {
+            "name": self.name, "waits": self.waits, "alone_ok": self.alone_ok, "shared_ok": self.shared_ok,
+            "alone_p95_ms": r(self.alone_p95_ms), "shared_p95_ms": r(self.shared_p95_ms),
+            "shared_p99_ms": r(self.shared_p99_ms), "alone_busy": r(self.alone_busy, 4),
+            "shared_busy": r(self.shared_busy, 4), "model_share": r(self.model_share, 4),
+            "served": r(self.served, 4), "cotenant_items_per_s": r(self.cotenant_items_per_s),
+        }
+
+
+@dataclass(frozen=True)
+class SharedVerdict:
+    """Does batching pay with these co-tenants on the device, at the plan's load?"""
+
+    kind: SharedKind
+    device: str
+    """Who shares the device, and how (``SharedDevice.label``)."""
+    best_alone: str | None
+    best_shared: str | None
+    message: str
+    options: tuple[SharedOption, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind.value, "device": self.device, "best_alone": self.best_alone,
+                "best_shared": self.best_shared, "message": self.message,
+                "options": [o.to_dict() for o in self.options]}
+
+
+def shared_verdict(options: tuple[SharedOption, ...], *, default: str, best_alone: str | None,
+                   best_shared: str | None, device: str, slo_ms: float) -> SharedVerdict:
+    """The verdict from each candidate alone and with the co-tenants, given the best choice
+    of each (the planner's objective picks them: the SLO first, then device time)."""
+    by = {o.name: o for o in options}
+    d = by[default]
+
+    def p(o: SharedOption) -> str:
+        return "-" if o.shared_p99_ms is None else f"{o.shared_p99_ms:.0f} ms"
+
+    def verdict(kind: SharedKind, message: str) -> SharedVerdict:
+        return SharedVerdict(kind, device, best_alone, best_shared, message, options)
+
+    if best_shared is None:
+        return verdict(SharedKind.FULL, (
+            f"with {device}, no profile keeps p99 within {slo_ms:g} ms (Triton's default: p99 {p(d)}, "
+            f"{d.served:.0%} of the load served): the device is too full; move a co-tenant or add a device"))
+    s = by[best_shared]
+    if not d.shared_ok and s.waits:
+        return verdict(SharedKind.NEEDED, (
+            f"with the co-tenants, Triton's default no longer keeps the SLO (p99 {p(d)}, "
+            f"{d.served:.0%} of the load served); {s.name} keeps it (p99 {p(s)}) with the model on "
+            f"{s.model_share:.0%} of the device: batching is what keeps it up"))
+    a = by.get(best_alone) if best_alone is not None else None
+    if a is not None and a.name != s.name and a.alone_ok and not a.shared_ok:
+        return verdict(SharedKind.BREAKS, (
+            f"{a.name}, the best profile alone (p95 {a.alone_p95_ms or 0:.0f} ms, device "
+            f"{a.alone_busy:.0%} busy), breaks the SLO with the co-tenants (p99 {p(a)}); "
+            f"{s.name} keeps it (p99 {p(s)}, the model on {s.model_share:.0%} of the device)"))
+    if s.waits:
+        return verdict(SharedKind.FREES, (
+            f"with the co-tenants, {s.name} keeps the SLO (p99 {p(s)}) with the model on "
+            f"{s.model_share:.0%} of the device against Triton's default's {d.model_share:.0%}: the "
+            f"co-tenants get {s.cotenant_items_per_s:.0f} items/s against {d.cotenant_items_per_s:.0f}"))
+    return verdict(SharedKind.NO_GAIN, (
+        f"with the co-tenants, {s.name} (no wait) is the best choice (p99 {p(s)}): waiting frees "
+        f"nothing here"))

@@ -14,7 +14,7 @@ from autobatch.plan.planner import Plan
 from autobatch.plan.sessions import SessionsResult
 from autobatch.plan.simulator import SimResult
 from autobatch.plan.switching import SwitchingKind, SwitchingMap
-from autobatch.plan.verdict import VerdictKind
+from autobatch.plan.verdict import SharedKind, SharedVerdict, VerdictKind
 
 _FLAG = {
     PointKind.MEASURED: "",
@@ -37,6 +37,9 @@ def plan_renderable(plan: Plan) -> RenderableType:
         Text(""),
         *_candidates(plan),
     ]
+    if plan.shared is not None:
+        parts.append(Text(""))
+        parts.append(shared_renderable(plan.shared, plan.slo_p99_ms))
     if plan.switching is not None:
         parts.append(Text(""))
         parts.append(switching_renderable(plan.switching))
@@ -114,10 +117,11 @@ def _verdict(plan: Plan) -> list[RenderableType]:
 
 
 def _candidates(plan: Plan) -> list[RenderableType]:
+    where = "" if plan.device is None else f"; on {plan.device.label}"
     cands = Table(
         box=box.SIMPLE_HEAD,
         pad_edge=False,
-        title=f"Candidate profiles (simulated; latency includes the {plan.network_ms:g} ms network)",
+        title=f"Candidate profiles (simulated; latency includes the {plan.network_ms:g} ms network{where})",
         title_justify="left",
     )
     for col in ("profile", "pref", "max", "delay ms", "p50", "p95", "p99", "rps",
@@ -149,9 +153,39 @@ def _candidates(plan: Plan) -> list[RenderableType]:
                       "with p99 within the SLO. Recommended: the least device time within the SLO, "
                       "the lowest p99 where it saves under 15%"))
     if rec is None:
-        parts.append(Text("No candidate keeps p99 within the SLO at this load: only more "
-                          "instances or replicas help.", style="bold red"))
+        who = " (or fewer co-tenants)" if plan.device is not None and plan.device.cotenants else ""
+        parts.append(Text(f"No candidate keeps p99 within the SLO at this load: only more "
+                          f"instances or replicas{who} help.", style="bold red"))
     return parts
+
+
+_SHARED_STYLE = {
+    SharedKind.FREES: "bold green",
+    SharedKind.NEEDED: "bold cyan",
+    SharedKind.BREAKS: "bold yellow",
+    SharedKind.FULL: "bold red",
+    SharedKind.NO_GAIN: "bold yellow",
+}
+
+
+def shared_renderable(v: SharedVerdict, slo_ms: float) -> RenderableType:
+    """Each candidate with the device to the model and with the co-tenants, and the verdict."""
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left",
+              title=f"With co-tenants: {v.device} (simulated, SLO p99 {slo_ms:g} ms)")
+    for col in ("profile", "alone p95", "alone busy", "shared p95", "shared p99", "device busy",
+                "model share", "served", "co-tenant items/s", ""):
+        t.add_column(col, justify="left" if col in ("profile", "") else "right")
+    for o in v.options:
+        mark = ("best alone, best shared" if o.name == v.best_alone == v.best_shared
+                else "best alone" if o.name == v.best_alone
+                else "best shared" if o.name == v.best_shared
+                else "" if o.shared_ok else "misses SLO")
+        t.add_row(o.name, ms(o.alone_p95_ms), f"{o.alone_busy:.0%}", ms(o.shared_p95_ms),
+                  ms(o.shared_p99_ms), f"{o.shared_busy:.0%}", f"{o.model_share:.0%}",
+                  f"{o.served:.0%}", f"{o.cotenant_items_per_s:.0f}", mark)
+    note = Text("  alone: the model's instances only; busy: the device's busy share (every tenant); "
+                "model share: the model's own work over the run; served: completed / offered.")
+    return Group(t, note, Text(f"With co-tenants: {v.message}", style=_SHARED_STYLE[v.kind]))
 
 
 def lanes_renderable(lanes: Lanes) -> RenderableType:
@@ -189,14 +223,18 @@ _SWITCHING_STYLE = {
 
 def switching_table(sw: SwitchingMap, title: str | None = None) -> Table:
     """Each static profile and the oracle: per phase share over the SLO / p95, and device time."""
+    where = "" if sw.device is None else f"; {sw.device}"
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left", title=title or (
         f"Does switching pay here? {sw.schedule}, {sw.instances} instance(s), SLO {sw.slo_ms:g} ms "
-        f"(simulated; oracle reacts {sw.reaction_s:g} s into each phase)"))
+        f"(simulated; oracle reacts {sw.reaction_s:g} s into each phase{where})"))
     t.add_column("strategy")
     for p in sw.oracle.phases:
         t.add_column(f"{p.phase} {p.rate_rps:g}/s\n> SLO / p95", justify="right")
     t.add_column("device ms\nper request", justify="right")
     t.add_column("vs default", justify="right")
+    names = list(sw.oracle.cotenants_bps)
+    if names:
+        t.add_column("co-tenants\nbatches/s", justify="right")
     default = next((s for s in sw.statics if s.name == "triton-default"), None)
     for s in (*sw.statics, sw.oracle):
         cells = [f"{p.over_slo:.1%} / {ms(p.p95_ms)}" for p in s.phases]
@@ -204,7 +242,8 @@ def switching_table(sw: SwitchingMap, title: str | None = None) -> Table:
                  else f"{s.device_ms / default.device_ms:.2f}x")
         name = s.name if s is not sw.oracle else "oracle: " + " > ".join(
             dict.fromkeys(p.profile for p in s.phases))
-        t.add_row(name, *cells, f"{s.device_ms:.2f}", ratio)
+        extra = [" ".join(f"{s.cotenants_bps.get(n, 0.0):.1f}" for n in names)] if names else []
+        t.add_row(name, *cells, f"{s.device_ms:.2f}", ratio, *extra)
     return t
 
 
@@ -264,8 +303,42 @@ def sim_renderable(result: SimResult, title: str) -> RenderableType:
                      f"timed out in the queue"
                      + (f" (answered {rej.p50_ms:.0f} ms after arrival at p50, {rej.max_ms:.0f} at most)"
                         if rej else ""))
+    if result.device is not None:
+        parts.extend(_device_parts(result))
     parts.extend(Text(n) for n in notes)
     return Group(*parts)
+
+
+def _device_parts(result: SimResult) -> list[RenderableType]:
+    """The shared device: busy share by tenant (and by phase), and each co-tenant's figures."""
+    dev = result.device
+    assert dev is not None
+    tenants = list(dev.by_tenant)
+    t = Table(box=box.SIMPLE_HEAD, title_justify="left", title=(
+        f"Shared device ({', '.join(f'{k} {v}' for k, v in dev.sharing.items())}): busy share, "
+        f"and each tenant's work over the time"))
+    t.add_column("", justify="left")
+    t.add_column("busy", justify="right")
+    for name in tenants:
+        t.add_column(name, justify="right")
+    t.add_row("run", f"{dev.busy_share:.0%}", *(f"{dev.by_tenant[n]:.0%}" for n in tenants))
+    for p in dev.phases:
+        t.add_row(p.name, f"{p.busy_share:.0%}", *(f"{p.by_tenant.get(n, 0.0):.0%}" for n in tenants))
+    parts: list[RenderableType] = [t]
+    if result.cotenants:
+        c = Table(box=box.SIMPLE_HEAD, title="Co-tenants (simulated; latency from submit to done)",
+                  title_justify="left")
+        for col in ("job", "asks", "batch", "ms alone", "active s", "batches/s", "items/s", "p50", "p95",
+                    "stretch", "busy"):
+            c.add_column(col, justify="left" if col in ("job", "asks") else "right")
+        for ct in result.cotenants:
+            lat = ct.latency
+            c.add_row(ct.name, ct.demand, str(ct.batch_size), f"{ct.work_ms:.2f}", f"{ct.active_s:g}",
+                      f"{ct.throughput_bps:.1f}", f"{ct.items_per_s:.0f}", ms(lat and lat.p50_ms),
+                      ms(lat and lat.p95_ms), "-" if ct.stretch is None else f"{ct.stretch:.2f}x",
+                      f"{ct.busy_share:.0%}")
+        parts.append(c)
+    return parts
 
 
 def sessions_renderable(result: SessionsResult) -> RenderableType:

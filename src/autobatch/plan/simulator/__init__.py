@@ -67,7 +67,13 @@ and ``device`` (:func:`simulate_device`: several models and co-tenants on one
 device). Pure: values in, values out.
 """
 
-from autobatch.plan.simulator.device import DeviceRun, ModelLoad, simulate_device
+from autobatch.plan.simulator.device import (
+    DeviceRun,
+    ModelLoad,
+    SharedDevice,
+    load_shared_device,
+    simulate_device,
+)
 from autobatch.plan.simulator.results import (
     CoTenantResult,
     DevicePhase,
@@ -100,10 +106,12 @@ __all__ = [
     "PhaseResult",
     "PriorityResult",
     "ServiceModel",
+    "SharedDevice",
     "SimResult",
     "Workload",
     "build_workload",
     "device_ms_per_request",
+    "load_shared_device",
     "simulate",
     "simulate_device",
     "spread_same_times",

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from autobatch.config import check_seed
-from autobatch.cotenants import CoTenant
+from autobatch.config import Section, check_seed, load_yaml
+from autobatch.cotenants import CoTenant, load_cotenants, parse_cotenants, place_in_schedule
 from autobatch.errors import ConfigError
 from autobatch.plan.simulator.engines.common import Rules, Service, _noise, prefix_rows
 from autobatch.plan.simulator.engines.shared import SharedRun, run_shared
@@ -43,9 +44,108 @@ from autobatch.plan.simulator.run import _check, _EngineRun, _summarise
 from autobatch.plan.simulator.service import ServiceModel
 from autobatch.plan.simulator.workload import Workload
 from autobatch.profiles import Profile
-from autobatch.sharing import DeviceUsage, SharingModel
+from autobatch.schedule import Schedule, parse_schedule
+from autobatch.sharing import DeviceUsage, SharingModel, SharingPolicy, parse_sharing
 
-__all__ = ["DeviceRun", "ModelLoad", "simulate_device"]
+__all__ = ["DeviceRun", "ModelLoad", "SharedDevice", "load_shared_device", "simulate_device"]
+
+
+@dataclass(frozen=True)
+class SharedDevice:
+    """Who shares the model's device, and how: what ``simulate``, ``plan`` and the
+    switching map take to model a shared GPU."""
+
+    sharing: SharingModel = field(default_factory=SharingModel)
+    cotenants: tuple[CoTenant, ...] = ()
+    """The co-tenant jobs as declared: their own start and stop times, or the schedule's
+    phases once :meth:`for_schedule` has placed them."""
+
+    def for_schedule(self, schedule: Schedule) -> SharedDevice:
+        """The jobs placed by the schedule's ``cotenants: N`` phases (unchanged when no
+        phase gives a count)."""
+        return replace(self, cotenants=place_in_schedule(self.cotenants, schedule))
+
+    def between(self, start_s: float, stop_s: float) -> SharedDevice:
+        """The co-tenants of ``[start_s, stop_s)`` on a clock that starts at ``start_s``: a
+        stretch of a run simulated on its own."""
+        jobs = []
+        for job in self.cotenants:
+            windows = tuple((max(a, start_s) - start_s, min(b, stop_s) - start_s)
+                            for a, b in job.windows if min(b, stop_s) > max(a, start_s))
+            jobs.append(replace(job, windows=windows or ((0.0, 0.0),)))
+        return replace(self, cotenants=tuple(jobs))
+
+    @property
+    def label(self) -> str:
+        sharing = self.sharing.policy.value
+        if self.sharing.policy is SharingPolicy.TIMESLICE:
+            sharing += f" {self.sharing.quantum_ms:g} ms turns"
+            if self.sharing.switch_ms:
+                sharing += f", {self.sharing.switch_ms:g} ms a switch"
+        if not self.cotenants:
+            return f"a device shared by the model's instances ({sharing})"
+        names = ", ".join(f"{j.name} (batch {j.batch_size}, "
+                          + (f"duty {j.duty:g}" if j.duty is not None else f"{j.rate_bps:g}/s")
+                          + ")" for j in self.cotenants)
+        return f"{len(self.cotenants)} co-tenant(s) on the device ({sharing}): {names}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sharing": self.sharing.to_dict(), "cotenants": [j.to_dict() for j in self.cotenants]}
+
+
+def load_shared_device(
+    *,
+    cotenants: str | Path | None = None,
+    schedule: str | Path | None = None,
+    policy: str | None = None,
+    quantum_ms: float | None = None,
+    switch_ms: float | None = None,
+    placed: bool = False,
+) -> SharedDevice | None:
+    """The shared device of ``simulate``'s and ``plan``'s options; None when none is asked
+    for (every instance then has a device of its own, as before).
+
+    ``cotenants``: a co-tenant file (:mod:`autobatch.cotenants`), which may also hold a
+    ``sharing:`` section (policy, quantum_ms, switch_ms, throughput). ``schedule``: a
+    schedule file; its own ``cotenants:`` list is used when no co-tenant file is given.
+    The jobs come back as declared (``placed``: as the schedule's ``cotenants: N``
+    phases place them, for a run of that schedule; :meth:`SharedDevice.for_schedule`
+    does it later). ``policy``, ``quantum_ms`` and ``switch_ms`` override the file's
+    sharing. Errors name the file, field and value.
+    """
+    jobs: tuple[CoTenant, ...] = ()
+    fields: dict[str, Any] = {}
+    source = "options"
+    if cotenants is not None:
+        path = Path(cotenants)
+        jobs = load_cotenants(path)
+        top = Section(str(path), load_yaml(path))
+        if top.has("sharing"):
+            raw = top.raw("sharing")
+            if not isinstance(raw, Mapping):
+                raise top.fail("sharing", raw, "must be a mapping (policy, quantum_ms, switch_ms, "
+                                               "throughput)")
+            fields, source = dict(raw), str(path)
+    if schedule is not None:
+        path = Path(schedule)
+        data = load_yaml(path)
+        sched = parse_schedule(data, str(path))
+        if cotenants is None:
+            jobs = parse_cotenants(data, str(path), path.parent)
+            if not jobs and any(ph.cotenants for ph in sched.phases):
+                raise ConfigError(f"{path}: cotenants: required field is missing (phases give "
+                                  "co-tenant counts: list the jobs there or give a co-tenant file)",
+                                  source=str(path), field="cotenants")
+        placed_jobs = place_in_schedule(jobs, sched, str(path))  # a count past the jobs fails here
+        if placed:
+            jobs = placed_jobs
+    given = {k: v for k, v in (("policy", policy), ("quantum_ms", quantum_ms),
+                               ("switch_ms", switch_ms)) if v is not None}
+    fields.update(given)
+    if not jobs and not fields:
+        return None
+    where = f"{source} (with options)" if source != "options" and given else source
+    return SharedDevice(parse_sharing(Section(where, fields, "sharing")), jobs)
 
 
 @dataclass(frozen=True)
