@@ -351,6 +351,25 @@ def _rows(result: dict[str, Any], requests: int) -> list[dict[str, Any]]:
             f"{rates} req/s, medians of 3 runs each), client latency",
             f"worst error p50 **{p50:.1%}**, p95 **{p95:.1%}** over the rates",
             key="fidelity_worst_p95_error_pct", value=round(100 * p95, 2), unit="%"))
+    a = result.get("against")
+    if a:
+        medians = [r["ratio_median"] for r in a["rows"]]
+        how = "at the same time" if a.get("together") else "alternately"
+        same = all(r["same_p99"] for r in a["rows"])
+        out.append(row(
+            f"simulator speed today against {a['rev']} (each in its own process, {how}, "
+            f"{a['repeats']} rounds; the flat engines' cases above)",
+            f"median today / {a['rev']} per case {min(medians):.2f}-**{max(medians):.2f}x**; p99 "
+            f"{'identical' if same else 'DIFFERENT'} in every round",
+            key="simulator_worst_median_ratio_against_rev", value=round(max(medians), 3), unit="x"))
+    sh = result.get("shared")
+    if sh:
+        out.append(row(
+            "simulator speed on a shared device (`shared` engine: T4 ResNet-50 at 300 req/s, two "
+            "co-tenants time-slicing it in 2 ms turns)",
+            f"**{sh['requests_per_s']:,}** requests/s ({sh['requests']:,} in {sh['total_s']:.1f} s); "
+            f"device busy {sh['busy_share']:.0%}",
+            key="shared_engine_requests_per_s", value=sh["requests_per_s"], unit=" req/s"))
     return out
 
 

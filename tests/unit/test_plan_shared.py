@@ -62,9 +62,12 @@ def option(name, *, waits, alone_ok=True, shared_ok=True, share=0.5, items=100.0
         # Waiting keeps the SLO with them and frees device time for them.
         ((option("triton-default", waits=False, share=0.8, items=50.0), option("aggressive", waits=True)),
          "aggressive", "aggressive", SharedKind.FREES, "against Triton's default's 80%"),
-        # The best with them does not wait.
-        ((option("triton-default", waits=False), option("aggressive", waits=True)),
-         "triton-default", "triton-default", SharedKind.NO_GAIN, "waiting frees nothing"),
+        # The best with them does not wait: the waiting one saves too little ...
+        ((option("triton-default", waits=False, share=0.55), option("aggressive", waits=True)),
+         "triton-default", "triton-default", SharedKind.NO_GAIN, "on 50% of the device against 55%"),
+        # ... or breaks the SLO.
+        ((option("triton-default", waits=False), option("aggressive", waits=True, shared_ok=False)),
+         "triton-default", "triton-default", SharedKind.NO_GAIN, "no profile that waits keeps the SLO"),
     ],
 )
 def test_shared_verdict(options, best_alone, best_shared, kind, says):

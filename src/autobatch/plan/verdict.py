@@ -324,6 +324,13 @@ def shared_verdict(options: tuple[SharedOption, ...], *, default: str, best_alon
             f"with the co-tenants, {s.name} keeps the SLO (p99 {p(s)}) with the model on "
             f"{s.model_share:.0%} of the device against Triton's default's {d.model_share:.0%}: the "
             f"co-tenants get {s.cotenant_items_per_s:.0f} items/s against {d.cotenant_items_per_s:.0f}"))
+    keeping = [o for o in options if o.waits and o.shared_ok]
+    if not keeping:
+        return verdict(SharedKind.NO_GAIN, (
+            f"with the co-tenants, {s.name} (no wait) is the best choice (p99 {p(s)}): no profile "
+            f"that waits keeps the SLO with them"))
+    w = min(keeping, key=lambda o: o.model_share)
     return verdict(SharedKind.NO_GAIN, (
-        f"with the co-tenants, {s.name} (no wait) is the best choice (p99 {p(s)}): waiting frees "
-        f"nothing here"))
+        f"with the co-tenants, {s.name} (no wait) is the best choice (p99 {p(s)}): {w.name} keeps "
+        f"the SLO too (p99 {p(w)}) but leaves the model on {w.model_share:.0%} of the device against "
+        f"{s.model_share:.0%}, too little saved to pay for its latency"))

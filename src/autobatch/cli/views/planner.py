@@ -147,9 +147,11 @@ def _candidates(plan: Plan) -> list[RenderableType]:
             mark,
         )
     parts: list[RenderableType] = [cands]
+    device_ms = ("the model's own device work per request, not its time stretched by the others"
+                 if plan.device is not None else "instance time per request")
     parts.append(Text("  pref: preferred batch sizes (none: Triton's default, read as [max]); max: max "
                       "batch size. p50/p95/p99 (ms), rps (throughput), batch (mean size) and device ms "
-                      "(instance time per request) at the given load; max rps: the highest Poisson rate "
+                      f"({device_ms}) at the given load; max rps: the highest Poisson rate "
                       "with p99 within the SLO. Recommended: the least device time within the SLO, "
                       "the lowest p99 where it saves under 15%"))
     if rec is None:
@@ -314,9 +316,11 @@ def _device_parts(result: SimResult) -> list[RenderableType]:
     dev = result.device
     assert dev is not None
     tenants = list(dev.by_tenant)
+    how = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
+                    for k, v in dev.sharing.items() if k != "policy")
     t = Table(box=box.SIMPLE_HEAD, title_justify="left", title=(
-        f"Shared device ({', '.join(f'{k} {v}' for k, v in dev.sharing.items())}): busy share, "
-        f"and each tenant's work over the time"))
+        f"Shared device, {dev.sharing['policy']}{' (' + how + ')' if how else ''}: busy share and "
+        "each tenant's work over the time"), min_width=60)
     t.add_column("", justify="left")
     t.add_column("busy", justify="right")
     for name in tenants:
