@@ -6,13 +6,11 @@ Pure: values in, values out.
   largest preferred batch over that batch's time on the curve, times its
   instances); :func:`floor_capacity_rps`: what it carries without a backlog.
 * :func:`live_factor`: the curve is measured on a quiet machine, with the
-  model's compute time only. Under load the same batches take longer, and the
-  instances also spend time on input and output copies and between
-  executions, so the curve overstates capacity (latency-soft "carried" 292/s by
-  its curve and breached at 240/s under load). The factor is the busy time the
-  curve predicts for the window's executions over the busy time the window
-  measured, times ``busy_ceiling`` (the busy share at which a profile is full):
-  every profile's capacity is scaled by it.
+  model's compute time only, so under load it overstates capacity
+  (docs/policy.md#capacity-the-curve-corrected-by-the-live-busy-share). The
+  factor is the busy time the curve predicts for the window's executions over
+  the busy time measured, times ``capacity.busy_ceiling``; :func:`capacities` scales
+  every profile's capacity by it.
 * :func:`batch_estimate` and :func:`device_ms_estimate`: the batch a profile
   forms at an arrival rate, and the device time per request that costs; the
   efficiency rules compare profiles with them.
@@ -107,7 +105,7 @@ def live_factor(
     ``factor`` scales the curve's capacities to this machine now: the busy
     instance-seconds the curve predicts for the window's executions (its
     execution rate times the curve's time at its mean batch) over the busy
-    instance-seconds measured, times ``busy_ceiling``, and never above 1 (the
+    instance-seconds measured, times ``capacity.busy_ceiling``, and never above 1 (the
     curve is the optimistic prior, the live data only ever lowers it). A window
     whose instances were busy less than ``min_busy_share`` of the time says too
     little (a few batches of one), so older windows are searched; both None when

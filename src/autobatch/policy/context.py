@@ -37,7 +37,7 @@ class Saving:
     freed: float
     """Of the instances' time (negative: it takes more)."""
     refused: str | None
-    """Why it does not pay (under ``min_saving``, or freeing under ``min_freed_share``);
+    """Why it does not pay (under ``efficiency.min_saving``, or freeing under ``efficiency.min_freed_share``);
     None when it does."""
 
 
@@ -100,8 +100,8 @@ class Context:
 
     @property
     def queue_is_backlog(self) -> bool:
-        """Requests queue far beyond the live profile's max delay (``saturation_delay_ratio``
-        x the delay, at least ``saturation_min_queue_ms``): a backlog, not the batcher's wait."""
+        """Requests queue far beyond the live profile's max delay (``survival.saturation_delay_ratio``
+        x the delay, at least ``survival.saturation_min_queue_ms``): a backlog, not the batcher's wait."""
         q, s = self.window.mean_queue_ms, self.settings.survival
         return q is not None and q > max(s.saturation_delay_ratio * self.delay_ms, s.saturation_min_queue_ms)
 
@@ -109,7 +109,7 @@ class Context:
     def waiting(self) -> bool:
         """Requests sit out the delay for batches that never fill (mean queue time near the
         max delay, batches under the preferred size) while the instances idle (busy under
-        ``wait_max_busy``: busier, the queue is the load's)."""
+        ``efficiency.wait_max_busy``: busier, the queue is the load's)."""
         w, s = self.window, self.settings
         q, b, share = w.mean_queue_ms, w.mean_batch_size, w.busy_share
         return (
@@ -154,8 +154,8 @@ class Context:
 
     def same_cost(self, below: Saving) -> bool:
         """Whether a step toward latency with ``below`` (:meth:`saving` to the profile below)
-        gives up nothing: it costs at most ``latency_tolerance`` more device time per
-        request, or under half ``min_freed_share`` of the instances' time."""
+        gives up nothing: it costs at most ``efficiency.latency_tolerance`` more device time per
+        request, or under half ``efficiency.min_freed_share`` of the instances' time."""
         s = self.settings
         dev_low, dev_cur = self.costs[self.current - 1].ms, self.costs[self.current].ms
         return (dev_low <= dev_cur * (1 + s.efficiency.latency_tolerance) + EPS

@@ -147,7 +147,7 @@ def settle(history: Sequence[Observation], state: State, settings: PolicySetting
 
 
 def confirm(move: Move) -> Hold | None:
-    """Hold until ``confirmations`` windows in a row recommend the target; survival acts on
+    """Hold until ``stability.confirmations`` windows in a row recommend the target; survival acts on
     one (a backlog grows meanwhile)."""
     needed = 1 if move.survival else move.ctx.settings.stability.confirmations
     if move.state.streak >= needed:
@@ -156,7 +156,7 @@ def confirm(move: Move) -> Hold | None:
 
 
 def dwell(move: Move) -> Hold | None:
-    """Hold within ``min_dwell_s`` of the last switch: noise must not flap the profile.
+    """Hold within ``stability.min_dwell_s`` of the last switch: noise must not flap the profile.
     Survival moves are exempt (unless that switch failed), and so is a step that undoes an
     efficiency move whose load is gone (:func:`_undoes_efficiency`)."""
     st, s = move.state, move.ctx.settings
@@ -170,8 +170,8 @@ def dwell(move: Move) -> Hold | None:
 
 def stabilise(move: Move) -> Hold | None:
     """Hold an efficiency step toward latency (self-inflicted wait, low load) while a
-    recommendation of the last ``stabilization_s`` wanted more, but for those made at a load
-    this one has fallen below ``stabilization_drop`` of (as the HPA stabilizes scale-down)."""
+    recommendation of the last ``stability.stabilization_s`` wanted more, but for those made at a load
+    this one has fallen below ``stability.stabilization_drop`` of (as the HPA stabilizes scale-down)."""
     ctx, s = move.ctx, move.ctx.settings
     if not move.toward_latency or move.rec.reason not in (Reason.SELF_INFLICTED_WAIT, Reason.LOW_LOAD):
         return None
@@ -187,7 +187,7 @@ def stabilise(move: Move) -> Hold | None:
 
 def busy_veto(move: Move) -> Hold | None:
     """Hold an optional step toward latency while the instances are busier than
-    ``efficiency_max_busy`` and the queue is a backlog: the step shortens no wait, and a
+    ``efficiency.max_busy`` and the queue is a backlog: the step shortens no wait, and a
     reload's new copy loads on the hardware that serves the backlog."""
     ctx, s = move.ctx, move.ctx.settings
     busy = ctx.window.busy_share
@@ -235,7 +235,7 @@ def _count(ctx: Context, rec: Recommendation) -> State:
 
 def _undoes_efficiency(move: Move) -> bool:
     """A step toward latency that costs nothing (``Reason.direct``) after an efficiency move
-    whose load has fallen to ``stabilization_drop`` of the rate it was made at: a load that
+    whose load has fallen to ``stability.stabilization_drop`` of the rate it was made at: a load that
     halved is not noise, and the move back up waits its confirmations and the dwell."""
     st, s = move.state, move.ctx.settings
     return (move.toward_latency and move.rec.reason.direct and not st.last_switch_failed

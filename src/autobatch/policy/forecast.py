@@ -6,37 +6,17 @@ Pure: rates in, a :class:`Forecast` out. Holt keeps a *level* and a *trend*
     level_t = alpha * y_t + (1 - alpha) * (level_{t-1} + trend_{t-1})
     trend_t = beta * (level_t - level_{t-1}) + (1 - beta) * trend_{t-1}
 
-and projects ``level + h * trend`` for ``h`` windows ahead. The policy projects
-over its measured reaction time (one window to see a change, plus the last
-actuation's duration), so a profile switch decided now lands before the
-projected load does.
+and projects ``level + h * trend`` for ``h`` windows ahead, over the policy's
+measured reaction time (one window plus the last actuation), so a switch
+decided now lands before the projected load does.
 
-Steady Poisson arrivals must not trip it: a window of ``n`` requests carries
-a noise of about ``sqrt(n)``, and Holt's trend follows that noise. So a trend
-counts only when it exceeds ``z`` times the trend's own standard deviation
-under white noise of the observed size (:func:`trend_noise`, solved for
-``alpha`` and ``beta`` once), where the noise is the larger of the Poisson
-one (``sqrt(rate / window)``) and the spread of Holt's one-step errors over the
-same windows. Simulated (Poisson counts per 1 s window, ``alpha`` 0.5,
-``beta`` 0.3, ten windows): at ``z`` = 3.5, 0 of 300 runs of 5 minutes at 70%
-of capacity projected past capacity / 1.25 (re-run with 1000 runs and other
-seeds: about 1 in 100), and on a ramp of 5.8 requests/s per second the
-forecast fired in 58% of runs, at a median 75% of capacity (the overload rule
-covers the others once the rate crosses capacity).
-
-A step is not a trend. Holt reads a jump of the arrival rate as a steep trend
-and keeps projecting it for several windows while the rate has already
-levelled off: after each step of a real run (30 -> 350 req/s, one instance)
-the trend still read +58 to +68 req/s per window two to nine windows later and
-moved the controller a rung further than the load needed. So a window whose
-rate lies more than ``jump_z`` Poisson standard deviations above Holt's
-one-step projection is read as a *level shift*: the level restarts there with
-no trend, and its error stays out of the noise estimate. A rise that continues
-builds a trend again from the windows after it; the overload rule, which reads
-one window, answers the step itself. A gradual ramp moves the rate by less
-than the noise per window and is not affected. Only jumps up count: a level
-restarted at a low outlier would read the windows after it as a rise (3 of 300
-simulated steady runs tripped that way), and a fall trips nothing.
+Steady Poisson arrivals must not trip it: a trend counts only above ``z``
+times its own standard deviation under white noise of the observed size
+(:func:`trend_noise`; the noise is the larger of the Poisson one and the spread
+of Holt's one-step errors). A step is not a trend: a window more than
+``jump_z`` Poisson standard deviations above the one-step projection restarts
+the level with no trend (only jumps up: a fall trips nothing). How often each
+trips, simulated and on the real server, with dates: docs/policy.md#the-forecast.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """What each profile was seen to cost in device time, learned from the windows it served.
 
-The efficiency rules compare profiles by device time per request. A curve
-cannot tell the whole of it: ``curves/dense_mlp-cpu.yaml`` is measured on one
-instance, and there Triton's default and ``efficient`` form the same batches at
-30-310 req/s (a predicted 0-1% saving). With two instances on two cores the
-default spreads batches of one over both and they fight for the CPU; the real
-server shows ``efficient`` serving the same requests in 24-27% less device time
-at 100-170 req/s. So the policy remembers what it saw:
+The efficiency rules compare profiles by device time per request, and a curve
+measured on one instance cannot tell all of it (two instances on two cores
+fight for the CPU: docs/policy.md#device-time-estimated-then-learned-from-the-windows).
+So the policy remembers what it saw:
 
 * per profile and arrival-rate bucket (buckets 25% wide), the device ms per
   request the windows served by that profile measured (an exponential average);

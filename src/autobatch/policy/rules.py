@@ -84,8 +84,8 @@ def recommend(ctx: Context) -> Recommendation:
 
 def overload(ctx: Context) -> Recommendation | None:
     """More arrives than the live profile carries, in one window; or the backlog grew
-    ``overload_windows`` windows in a row and takes over ``overload_backlog_ratio`` x the SLO
-    to drain: toward capacity."""
+    ``survival.overload_windows`` windows in a row and takes over
+    ``survival.overload_backlog_ratio`` x the SLO to drain: toward capacity."""
     s, w, c = ctx.settings, ctx.window, ctx.capacity.rps[ctx.current]
     if c is None:
         return None
@@ -105,7 +105,7 @@ def overload(ctx: Context) -> Recommendation | None:
 
 def saturation(ctx: Context) -> Recommendation | None:
     """The queue far beyond the max delay (a backlog) and the backlog persisting
-    ``overload_windows`` windows (grown, or deeper than the largest batch): toward capacity;
+    ``survival.overload_windows`` windows (grown, or deeper than the largest batch): toward capacity;
     without a curve, hold as saturated."""
     # One window of it is noise at a moderate load on a profile without a delay; a
     # survival move acts at once, so it must not act on that.
@@ -120,7 +120,7 @@ def saturation(ctx: Context) -> Recommendation | None:
 
 
 def forecast(ctx: Context) -> Recommendation | None:
-    """The arrivals projected over the reaction time, x ``capacity_margin``, exceed what the
+    """The arrivals projected over the reaction time, x ``capacity.margin``, exceed what the
     live profile carries, and the trend stands out of the noise: toward a profile that
     carries them."""
     f, c = ctx.forecast, ctx.capacity.rps[ctx.current]
@@ -137,7 +137,7 @@ def forecast(ctx: Context) -> Recommendation | None:
 
 
 def failures(ctx: Context) -> Recommendation | None:
-    """Rejected or timed-out requests over ``failure_rps_threshold``: a step toward latency."""
+    """Rejected or timed-out requests over ``protective.failure_rps_threshold``: a step toward latency."""
     if ctx.failures_rps <= ctx.settings.protective.failure_rps_threshold + EPS:
         return None
     why = f"{ctx.failures_rps:.2f} failed requests/s (rejected or timed out)"
@@ -164,11 +164,10 @@ def self_inflicted_wait(ctx: Context) -> Recommendation | None:
 
 
 def no_gain(ctx: Context) -> Recommendation | None:
-    """Busy instances (at least ``wait_max_busy``), requests queuing near the max delay, and the
+    """Busy instances (at least ``efficiency.wait_max_busy``), requests queuing near the max delay, and the
     profile below seen or learned to cost about the same device time at this load: the wait
     only adds latency; a step toward latency."""
-    # With one instance near saturation, efficient and the default both ran 3.0 ms a request
-    # at 300/s, and efficient sent 6.4% over the SLO (docs/policy.md).
+    # Near saturation a wait that saves nothing only adds latency (measured: docs/policy.md).
     s, w = ctx.settings, ctx.window
     if ctx.current == 0 or not ctx.costs or ctx.delay_ms <= 0:
         return None
@@ -201,7 +200,7 @@ def relieved(ctx: Context) -> Recommendation | None:
 
 def slo_breach(ctx: Context) -> Recommendation | None:
     """p95 (or p99) over the SLO without saturation, while the window's own requests take at
-    least ``breach_min_mean`` x the SLO: a step toward latency."""
+    least ``trust.breach_min_mean`` x the SLO: a step toward latency."""
     if not ctx.breach or ctx.current == 0:
         return None
     return toward_latency(ctx, Reason.SLO_BREACH, _breach(ctx))
@@ -209,8 +208,9 @@ def slo_breach(ctx: Context) -> Recommendation | None:
 
 def relief(ctx: Context) -> Recommendation | None:
     """A breach at the most latency-oriented profile: the most latency-oriented profile above
-    that spends ``min_saving`` less device time, frees ``min_freed_share`` of the instances'
-    time and carries the load; else hold at the limit, saying why."""
+    that spends ``efficiency.min_saving`` less device time, frees
+    ``efficiency.min_freed_share`` of the instances' time and carries the load; else hold at
+    the limit, saying why."""
     if not ctx.breach or ctx.current != 0:
         return None
     offer = _relief_offer(ctx)
@@ -226,16 +226,16 @@ def relief(ctx: Context) -> Recommendation | None:
 
 
 def efficiency(ctx: Context) -> Recommendation | None:
-    """A profile above saves ``min_saving`` of the device time per request and frees
-    ``min_freed_share`` of the instances' time, its predicted p95 stays under headroom x SLO
-    and it carries the load, with room to make the move (``efficiency_max_busy``,
-    ``efficiency_max_p95``): a step toward throughput."""
+    """A profile above saves ``efficiency.min_saving`` of the device time per request and frees
+    ``efficiency.min_freed_share`` of the instances' time, its predicted p95 stays under headroom x SLO
+    and it carries the load, with room to make the move (``efficiency.max_busy``,
+    ``efficiency.max_p95``): a step toward throughput."""
     return _step_up(ctx).move
 
 
 def low_load(ctx: Context) -> Recommendation | None:
-    """The profile below costs about the same device time (``latency_tolerance``), carries the
-    load without a backlog, and the instances idle (busy under ``wait_max_busy``): a step
+    """The profile below costs about the same device time (``efficiency.latency_tolerance``), carries the
+    load without a backlog, and the instances idle (busy under ``efficiency.wait_max_busy``): a step
     toward latency."""
     share = ctx.window.busy_share
     busy = share is not None and share >= ctx.settings.efficiency.wait_max_busy
@@ -322,7 +322,7 @@ def toward_latency(ctx: Context, reason: Reason, why: str) -> Recommendation:
 
 def toward_capacity(ctx: Context, need_rps: float, reason: Reason, why: str) -> Recommendation:
     """The most latency-oriented profile with more capacity than the live one that carries
-    ``need_rps`` with the margin; else the highest-capacity one if it gains ``min_gain``;
+    ``need_rps`` with the margin; else the highest-capacity one if it gains ``capacity.min_gain``;
     else hold as ``saturated``."""
     s, cap = ctx.settings, ctx.capacity.rps
     c = cap[ctx.current]
@@ -350,7 +350,7 @@ def _breach(ctx: Context) -> str:
 
 
 def _recent_fresh(ctx: Context) -> list[bool] | None:
-    """For each of the last ``overload_windows`` windows, whether it is fresh and after the
+    """For each of the last ``survival.overload_windows`` windows, whether it is fresh and after the
     settling of the last switch; None when there are fewer."""
     s, last = ctx.settings, ctx.state.last_switch_s
     tail = list(ctx.history)[-s.survival.overload_windows:]
@@ -360,7 +360,7 @@ def _recent_fresh(ctx: Context) -> list[bool] | None:
 
 
 def _backlog_grew(ctx: Context) -> bool:
-    """The pending gauge grew in each of the last ``overload_windows`` windows, all fresh and
+    """The pending gauge grew in each of the last ``survival.overload_windows`` windows, all fresh and
     after the settling of the last switch."""
     fresh = _recent_fresh(ctx)
     tail = list(ctx.history)[-ctx.settings.survival.overload_windows:]
@@ -368,7 +368,7 @@ def _backlog_grew(ctx: Context) -> bool:
 
 
 def _backlog_persists(ctx: Context, deep: float) -> bool:
-    """In each of the last ``overload_windows`` fresh windows after the settling of the last
+    """In each of the last ``survival.overload_windows`` fresh windows after the settling of the last
     switch, the backlog grew or held more than ``deep`` requests."""
     fresh = _recent_fresh(ctx)
     tail = list(ctx.history)[-ctx.settings.survival.overload_windows:]

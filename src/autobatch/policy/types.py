@@ -114,14 +114,10 @@ class Reason(str, Enum):
     @property
     def direct(self) -> bool:
         """Whether a switch for this reason takes the actuator's fast path (the gateway:
-        straight to the target weight, judged afterwards against the variant the traffic
-        left). Survival moves, whose live profile cannot carry the load; and the steps
-        toward latency whose target carries the load for about the same device time or
-        for a wait that buys nothing (``low_load``, ``self_inflicted_wait``, ``no_gain``):
-        stepping 25 -> 50 -> 100 % took 6 s there, most of a 10 s low phase. And
-        ``relief``, whose live variant breaches the SLO already: judged by the limits
-        alone, 25% of a breaching load on the receiving variant read over them and was
-        rolled back in three of four runs, where the variant left read worse."""
+        straight to the target weight, judged against the variant the traffic left):
+        survival moves, the steps toward latency that cost about nothing (``low_load``,
+        ``self_inflicted_wait``, ``no_gain``) and ``relief``, whose live variant breaches
+        already. Why, measured: docs/gateway.md."""
         return self.kind == "survival" or self in (
             Reason.LOW_LOAD, Reason.SELF_INFLICTED_WAIT, Reason.NO_GAIN, Reason.RELIEF)
 
