@@ -2,7 +2,7 @@
 # The README's test command (`make test`) and what CI runs through .ci/run:
 # system packages, the dev venv, the CRD schemas, a core-only install check (and the
 # container image's command run from it), lint and layer contracts, the README's
-# results table against benchmarks/results/, the test suite.
+# results table against benchmarks/results/, docs/policy.md's rule table, mypy, the test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/system-deps.sh
@@ -13,6 +13,8 @@ scripts/check-core-install.sh
 .venv/bin/ruff check src tests benchmarks
 .venv/bin/lint-imports   # the layers of docs/architecture.md, as contracts in pyproject.toml
 .venv/bin/python benchmarks/report.py --check   # the README's results table matches benchmarks/results/
+.venv/bin/python scripts/rule_table.py --check   # docs/policy.md's rule table matches policy.rules.RULES
+.venv/bin/mypy   # policy/ strictly, and its callers (a Window is an Observation): [tool.mypy] in pyproject.toml
 # Unit tests first (pure, on both cores); then the real servers, three test files at a time
 # (most of their time is spent waiting on paced load, not computing); then, alone, the few
 # tests that compare measured latency with a prediction (marked serial).
