@@ -34,10 +34,32 @@ raised, a bug outside the stages that catch their own errors)."""
 
 
 class ControllerMetrics:
+    """Every ``autobatch_`` metric, each series a dashboard reads present from the start."""
+
     def __init__(self, registry: CollectorRegistry, model: str, profiles: Sequence[str]) -> None:
         self.registry = registry
         self.model = model
         self.profiles = list(profiles)
+        self._decisions(registry)
+        self._actuations(registry)
+        self._windows(registry)
+        self._settings(registry)
+        self._health(registry)
+        # Every failure reason and every switch at 0 from the start: increase() does not
+        # count the first sample of a series, so a series born at 1 would hide its event.
+        for reason in FAILURE_REASONS:
+            self.actuation_failures.labels(model, reason)
+        for reason in SWITCH_REASONS:
+            for p in self.profiles:
+                self.switches.labels(model, reason, p)
+        for stage in STAGES:
+            self.errors.labels(model, stage)
+            self.timeouts.labels(model, stage)
+        self.set_active(None)
+        self.pinned.labels(model).set(0)
+
+    def _decisions(self, registry: CollectorRegistry) -> None:
+        """What the policy decided and what is live."""
         self.active = Gauge(
             "autobatch_active_profile",
             "1 for the batching profile live on the model, 0 for the others.",
@@ -59,6 +81,8 @@ class ControllerMetrics:
             ["model", "reason", "to"],
             registry=registry,
         )
+
+    def _actuations(self, registry: CollectorRegistry) -> None:
         self.actuation_seconds = Histogram(
             "autobatch_actuation_duration_seconds",
             "Wall time of applying a profile (load, verify, rollback).",
@@ -72,12 +96,9 @@ class ControllerMetrics:
             ["model", "reason"],
             registry=registry,
         )
-        self.errors = Counter(
-            "autobatch_errors_total",
-            "Errors by stage of the loop: signals, actuate, reconcile, log, state, tick (a bug).",
-            ["model", "stage"],
-            registry=registry,
-        )
+
+    def _windows(self, registry: CollectorRegistry) -> None:
+        """What the signals read: the latest window, stale ones, each profile's capacity."""
         self.window = Gauge(
             "autobatch_window_value",
             "Values of the latest window (NaN when the signal is absent).",
@@ -90,6 +111,22 @@ class ControllerMetrics:
             ["model", "reason"],
             registry=registry,
         )
+        self.last_fresh_window = Gauge(
+            "autobatch_last_fresh_window_timestamp_seconds",
+            "When the latest window the policy could use ended (the sidecar's start until the first).",
+            ["model"],
+            registry=registry,
+        )
+        self.capacity = Gauge(
+            "autobatch_capacity_rps",
+            "What each profile of the ladder carries on this machine now, in requests/s: its "
+            "batch curve's capacity scaled by the live busy share (NaN without a curve).",
+            ["model", "profile"],
+            registry=registry,
+        )
+
+    def _settings(self, registry: CollectorRegistry) -> None:
+        """The config's figures a panel or an alert compares the signals with (:meth:`describe`)."""
         self.slo_p95_ms = Gauge(
             "autobatch_slo_p95_ms", "The p95 latency objective (slo.p95_ms).", ["model"], registry=registry
         )
@@ -102,12 +139,6 @@ class ControllerMetrics:
         self.max_window_age_s = Gauge(
             "autobatch_max_window_age_seconds",
             "A window older than this is stale and the policy holds (policy.trust.max_window_age_s).",
-            ["model"],
-            registry=registry,
-        )
-        self.last_fresh_window = Gauge(
-            "autobatch_last_fresh_window_timestamp_seconds",
-            "When the latest window the policy could use ended (the sidecar's start until the first).",
             ["model"],
             registry=registry,
         )
@@ -130,20 +161,15 @@ class ControllerMetrics:
             ["model", "profile"],
             registry=registry,
         )
-        self.capacity = Gauge(
-            "autobatch_capacity_rps",
-            "What each profile of the ladder carries on this machine now, in requests/s: its "
-            "batch curve's capacity scaled by the live busy share (NaN without a curve).",
-            ["model", "profile"],
+
+    def _health(self, registry: CollectorRegistry) -> None:
+        """Is the loop alive, where does it fail, and is the sidecar exposed."""
+        self.errors = Counter(
+            "autobatch_errors_total",
+            "Errors by stage of the loop: signals, actuate, reconcile, log, state, tick (a bug).",
+            ["model", "stage"],
             registry=registry,
         )
-        # Every failure reason and every switch at 0 from the start: increase() does not
-        # count the first sample of a series, so a series born at 1 would hide its event.
-        for reason in FAILURE_REASONS:
-            self.actuation_failures.labels(model, reason)
-        for reason in SWITCH_REASONS:
-            for p in self.profiles:
-                self.switches.labels(model, reason, p)
         self.last_tick = Gauge(
             "autobatch_last_tick_timestamp_seconds",
             "When the loop last completed a tick (one none of whose calls timed out), Unix time.",
@@ -163,11 +189,6 @@ class ControllerMetrics:
             ["kind"],
             registry=registry,
         )
-        for stage in STAGES:
-            self.errors.labels(model, stage)
-            self.timeouts.labels(model, stage)
-        self.set_active(None)
-        self.pinned.labels(model).set(0)
 
     def describe(
         self,

@@ -245,27 +245,10 @@ async def run_closed_loop(
     followed through its ``/status``, and ``decision_log`` (its log) gives the
     switches. With ``device``, each phase's device time per request is read from
     Triton's compute times."""
-    from autobatch.controller.app import run_sidecar
-
     recorder = _Recorder()
     stop = asyncio.Event()
     holder: dict[str, Any] = {}
-    sidecar_task: asyncio.Task[None] | None = None
-    if sidecar is not None:
-        started = asyncio.Event()
-
-        def ready(sc: Any) -> None:
-            holder["sidecar"] = sc
-            started.set()
-
-        sidecar_task = asyncio.create_task(run_sidecar(sidecar, stop=stop, ready=ready))
-        waiter = asyncio.create_task(started.wait())
-        await asyncio.wait({sidecar_task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        if sidecar_task.done():
-            waiter.cancel()
-            sidecar_task.result()
-            raise AutobatchError("the sidecar stopped before it started")
-
+    sidecar_task = await _start_sidecar(sidecar, stop, holder) if sidecar is not None else None
     loop = asyncio.get_running_loop()
     t0 = time.monotonic()
     load = loop.run_in_executor(
@@ -277,67 +260,41 @@ async def run_closed_loop(
     )
     samples: list[Sample] = []
     starts = schedule.starts_s
+    bounds = [*starts[1:], schedule.duration_s]
     remote = None
     if sidecar_url is not None:
         import httpx
 
         remote = httpx.AsyncClient(base_url=sidecar_url.rstrip("/"), timeout=2.0)
-    # Device readings at each phase boundary: [start of phase 0, end of phase 0, ...].
-    readings: list[DeviceTotals] = []
-    bounds = [*starts[1:], schedule.duration_s]
-    polling = asyncio.Event()
-    poller = None
+    meter = _PhaseMeter(device, bounds) if device is not None else None
     try:
-        if device is not None:
-            # The origin: what ran before the load does not count (its one warm-up
-            # request does, in the first phase).
-            readings.append(await device.read())
-            # Read between the boundaries too, so a reload inside a phase is seen as one.
-            poller = asyncio.ensure_future(device.poll(polling))
+        if meter is not None:
+            await meter.start()
         while not load.done():
             origin = recorder.origin()
             if origin is not None:
                 t0 = origin  # the load's own clock: set-up and warm-up come before it
             now = time.monotonic() - t0
-            if device is not None and origin is not None:
-                while len(readings) <= len(bounds) and now >= bounds[len(readings) - 1]:
-                    readings.append(await device.read())
+            if meter is not None and origin is not None:
+                await meter.reach(now)
             next_bound = next((b for b in bounds if b > now + 1e-3), None)
             wait = 1.0 if next_bound is None or origin is None else min(1.0, max(0.01, next_bound - now))
             await asyncio.wait({load}, timeout=wait)
             now = time.monotonic() - t0
-            i = max(0, min(len(starts) - 1, int(np.searchsorted(starts, now, side="right")) - 1))
-            phase = schedule.phases[i]
-            rps, p95 = recorder.last(now)
             status = holder["sidecar"].controller.status if "sidecar" in holder else None
             if remote is not None:
                 status = await _remote_status(remote)
-            decision = status.last_decision if status else None
-            sample = Sample(
-                t_s=round(now, 2),
-                phase=phase.name,
-                target_rps=phase.rate_rps,
-                active=status.active if status else mode,
-                completed_rps=rps,
-                p95_ms=p95,
-                decision=decision["action"] if decision else None,
-                reason=decision["reason"] if decision else None,
-            )
+            sample = _sample(schedule, now, recorder, status, mode)
             samples.append(sample)
             if on_sample is not None:
                 on_sample(sample, status)
         report: LoadReport = load.result()
-        if device is not None:
-            # The drain after the schedule counts toward the last phase.
-            final = await device.read()
-            while len(readings) < len(bounds) + 1:
-                readings.append(final)
-            readings[-1] = final
+        if meter is not None:
+            await meter.finish()
     finally:
         stop.set()
-        polling.set()
-        if poller is not None:
-            await asyncio.gather(poller, return_exceptions=True)
+        if meter is not None:
+            await meter.close()
         if sidecar_task is not None:
             await asyncio.gather(sidecar_task, return_exceptions=True)
         if remote is not None:
@@ -346,11 +303,93 @@ async def run_closed_loop(
     log_path = decision_log if decision_log is not None else (sidecar.decision_log if sidecar else None)
     if log_path is not None and Path(log_path).exists():
         switches = tuple(_switches(Path(log_path), t0_wall=time.time() - (time.monotonic() - t0)))
-    per_phase = ([readings[i + 1] - readings[i] for i in range(len(schedule.phases))]
-                 if device is not None and readings else None)
-    total = (readings[-1] - readings[0]) if device is not None and readings else None
+    per_phase = meter.per_phase(len(schedule.phases)) if meter is not None else None
+    total = meter.total() if meter is not None else None
     result = ClosedLoopResult(mode, schedule, slo_p95_ms, report, tuple(samples), switches, device=total)
     return replace(result, phases=tuple(_summaries(result, per_phase)))
+
+
+async def _start_sidecar(sidecar: SidecarConfig, stop: asyncio.Event,
+                         holder: dict[str, Any]) -> asyncio.Task[None]:
+    """The sidecar running on this loop, once it is ready (``holder["sidecar"]``)."""
+    from autobatch.controller.app import run_sidecar
+
+    started = asyncio.Event()
+
+    def ready(sc: Any) -> None:
+        holder["sidecar"] = sc
+        started.set()
+
+    sidecar_task = asyncio.create_task(run_sidecar(sidecar, stop=stop, ready=ready))
+    waiter = asyncio.create_task(started.wait())
+    await asyncio.wait({sidecar_task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    if sidecar_task.done():
+        waiter.cancel()
+        sidecar_task.result()
+        raise AutobatchError("the sidecar stopped before it started")
+    return sidecar_task
+
+
+def _sample(schedule: Schedule, now: float, recorder: _Recorder, status: Any, mode: str) -> Sample:
+    """What is true ``now`` seconds into the load: its phase, the live profile, the last decision."""
+    starts = schedule.starts_s
+    i = max(0, min(len(starts) - 1, int(np.searchsorted(starts, now, side="right")) - 1))
+    phase = schedule.phases[i]
+    rps, p95 = recorder.last(now)
+    decision = status.last_decision if status else None
+    return Sample(
+        t_s=round(now, 2),
+        phase=phase.name,
+        target_rps=phase.rate_rps,
+        active=status.active if status else mode,
+        completed_rps=rps,
+        p95_ms=p95,
+        decision=decision["action"] if decision else None,
+        reason=decision["reason"] if decision else None,
+    )
+
+
+class _PhaseMeter:
+    """Device readings at each phase boundary: [start of phase 0, end of phase 0, ...]."""
+
+    def __init__(self, device: DeviceMeter, bounds: Sequence[float]) -> None:
+        self.device = device
+        self.bounds = list(bounds)
+        """Each phase's end, seconds into the load."""
+        self.readings: list[DeviceTotals] = []
+        self._polling = asyncio.Event()
+        self._poller: asyncio.Future[Any] | None = None
+
+    async def start(self) -> None:
+        # The origin: what ran before the load does not count (its one warm-up
+        # request does, in the first phase).
+        self.readings.append(await self.device.read())
+        # Read between the boundaries too, so a reload inside a phase is seen as one.
+        self._poller = asyncio.ensure_future(self.device.poll(self._polling))
+
+    async def reach(self, now: float) -> None:
+        """A reading for each boundary ``now`` has passed."""
+        while len(self.readings) <= len(self.bounds) and now >= self.bounds[len(self.readings) - 1]:
+            self.readings.append(await self.device.read())
+
+    async def finish(self) -> None:
+        # The drain after the schedule counts toward the last phase.
+        final = await self.device.read()
+        while len(self.readings) < len(self.bounds) + 1:
+            self.readings.append(final)
+        self.readings[-1] = final
+
+    async def close(self) -> None:
+        self._polling.set()
+        if self._poller is not None:
+            await asyncio.gather(self._poller, return_exceptions=True)
+
+    def per_phase(self, phases: int) -> list[DeviceTotals] | None:
+        r = self.readings
+        return [r[i + 1] - r[i] for i in range(phases)] if r else None
+
+    def total(self) -> DeviceTotals | None:
+        return (self.readings[-1] - self.readings[0]) if self.readings else None
 
 
 async def _remote_status(client: Any) -> _RemoteStatus | None:

@@ -251,16 +251,45 @@ def judge(
             f"its signals cannot be trusted over the step ({window.stale_reason}: "
             f"{window.stale_detail or 'no detail'})",
         )
-    dt = max(window.end_s - window.start_s, 1e-9)
-    counted = {
-        r: v for r, v in (window.failure_rps or {}).items()
-        if settings.failure_reasons is None or r in settings.failure_reasons
-    }
-    failure_rps = sum(counted.values())
-    requests = (window.success_rps + sum((window.failure_rps or {}).values())) * dt
-    mean = window.mean_request_ms
-    p95 = window.p95_ms
-    figures = {"requests": requests, "mean_ms": mean, "p95_ms": p95}
+    step = _Step.of(window, settings)
+    return (_traffic_verdict(step, settings, gateway_errors)
+            or _latency_verdict(step, settings, p95_before_ms, reference, saturated))
+
+
+@dataclass(frozen=True)
+class _Step:
+    """The receiving variant's figures over one step, as the guard reads them."""
+
+    dt: float
+    counted: Mapping[str, float]
+    """Failures per second by reason, of the reasons the guard counts."""
+    requests: float
+    """Completed, successful or failed, over the step."""
+    mean: float | None
+    p95: float | None
+    grew: float | None
+    """How much its queue grew over the step."""
+
+    @classmethod
+    def of(cls, window: Any, settings: GuardSettings) -> _Step:
+        dt = max(window.end_s - window.start_s, 1e-9)
+        counted = {
+            r: v for r, v in (window.failure_rps or {}).items()
+            if settings.failure_reasons is None or r in settings.failure_reasons
+        }
+        requests = (window.success_rps + sum((window.failure_rps or {}).values())) * dt
+        return cls(dt, counted, requests, window.mean_request_ms, window.p95_ms,
+                   getattr(window, "pending_delta", None))
+
+    @property
+    def figures(self) -> dict[str, Any]:
+        return {"requests": self.requests, "mean_ms": self.mean, "p95_ms": self.p95}
+
+
+def _traffic_verdict(step: _Step, settings: GuardSettings, gateway_errors: float | None) -> Verdict | None:
+    """Failures fail the step whatever the latency; too few requests leave nothing to judge."""
+    figures, dt = step.figures, step.dt
+    failure_rps = sum(step.counted.values())
     if gateway_errors is not None and gateway_errors > 0:
         return Verdict(
             False, "gateway_errors",
@@ -269,24 +298,30 @@ def judge(
             **figures,
         )
     if failure_rps > settings.max_failure_rps + 1e-9:
-        by = ", ".join(f"{r} {v * dt:.0f}" for r, v in sorted(counted.items()) if v > 0)
+        by = ", ".join(f"{r} {v * dt:.0f}" for r, v in sorted(step.counted.items()) if v > 0)
         return Verdict(
             False, "failures",
             f"it failed {failure_rps * dt:.0f} requests during the step ({by})",
             **figures,
         )
-    if requests < max(settings.min_requests, 1) - 1e-9:
+    if step.requests < max(settings.min_requests, 1) - 1e-9:
         return Verdict(
             True, "no_traffic",
-            f"it completed {requests:.0f} requests during the step (fewer than "
+            f"it completed {step.requests:.0f} requests during the step (fewer than "
             f"{max(settings.min_requests, 1)}): nothing to judge",
             **figures,
         )
+    return None
+
+
+def _latency_verdict(step: _Step, settings: GuardSettings, p95_before_ms: float | None, reference: Any,
+                     saturated: bool) -> Verdict:
+    """Latency over the limits fails the step, unless it keeps up or beats the variant it left."""
+    requests, mean, p95, grew, figures = step.requests, step.mean, step.p95, step.grew, step.figures
     ref = reference if reference is not None and not reference.stale else None
     ref_mean = None if ref is None else ref.mean_request_ms
     ref_p95 = None if ref is None else ref.p95_ms
     mean_limit = settings.mean_ms if settings.mean_ms is not None else settings.p95_ms
-    grew = getattr(window, "pending_delta", None)
     over = [
         f"{name} {value:.1f} ms over {limit:g} ms"
         for name, value, limit in (("mean", mean, mean_limit), ("p95", p95, settings.p95_ms))
