@@ -7,75 +7,23 @@ One :meth:`TritonReloadActuator.apply` is, in order:
 3. validate the profile against the live config (and, in file mode, check the
    repository's ``config.pbtxt`` it is merged into has the same inputs and outputs);
 4. ``POST /v2/repository/models/M/load`` with ``{"parameters": {"config": "<json>"}}``;
-5. read the config back and compare the batching fields (preferred sizes, max
-   queue delay, max batch size, priority and queue-policy fields, and the instance
-   count and kind when the profile sets them), normalised as Triton normalises a
-   config (:mod:`autobatch.actuators.triton_config`, pure);
+5. read the config back and compare the batching fields, normalised as Triton
+   normalises a config (:mod:`autobatch.actuators.triton_config`, pure);
 6. report how long the load took (:attr:`ActuationResult.load_s`) and the whole step.
 
 If 4 or 5 fails, the last good profile is put back and checked the same way.
 
-What Triton 2.51 (CPU, ``nvidia-pytriton`` 0.7) does, seen on this machine with
-``dense_mlp`` (2 cores shared with other Triton servers and load generators, so
-the times are from a busy machine):
+What Triton does with such a load (a second copy serves meanwhile, a refused
+load leaves the old one, loads are serialised, an override is lost on restart),
+with figures and the tests that show it: docs/triton-facts.md.
 
-* A load with a config override of a READY model whose ``dynamic_batching``
-  changed builds a second copy (the log shows a new
-  ``TRITONBACKEND_ModelInstanceInitialize``) while the old copy keeps serving; the
-  old one is unloaded after the new one is in, and the load request returns once
-  the new copy serves. ``GET /v2/models/M/ready`` polled every 50 ms stayed 200
-  throughout, and no request failed: 0 of 1306 at 50 req/s over 6 swaps, and 0 in
-  every run of the integration test ``test_actuator_triton.py`` (21 swaps at 25 req/s, 2750-3550
-  requests a run).
-* A swap of ``dense_mlp`` takes 3-4 s on a quiet machine (3.3-3.8 s idle, median
-  2.9 s under 50 req/s, median 3.6 s under 25 req/s) and a median of 5-6 s, up to
-  12.6 s, when the two cores are busy with other servers and load. On an idle swap the log shows 1.3 s from
-  "loading" to the new instance's initialisation and 2.2 s from there to
-  "successfully loaded" (the stub starting, importing torch, building and
-  warming up the network). That work competes for the CPU with the copy still
-  serving: the tail of requests in
-  flight during a swap rose to a p99 of 0.15-1.4 s against 50-117 ms in steady
-  state, without a failure (the must-show test prints these figures).
-* A change of ``instance_group`` count only is applied in place: only the
-  added instance is initialised (1 -> 2 instances took 1.5 s).
-* A load whose config equals the live one is a no-op inside Triton (1-3 ms, no
-  new instance).
-* A refused load leaves the old copy READY and serving with its old config:
-  ``kind: KIND_GPU`` on this CPU-only server is refused in 2 ms (HTTP 400, "has kind
-  KIND_GPU but no GPUs are available"); a config whose model ``initialize`` raises
-  is refused after the 3 s it takes to try, and 383 of 383 requests sent meanwhile
-  succeeded. So after a refused load the rollback usually only has to *confirm*
-  the last good profile is still live; it loads it again only if it is not.
-* Loads of one model are serialised: a second load sent while one is in flight
-  waits for it and then runs, so the last one sent wins. A client that gives up
-  on a load (its timeout) does not cancel it; the load still takes effect.
-  A config read while a load is in flight sometimes answers at once with the old
-  config and sometimes waits for the load to end (seen: 5.6 s, 9.2 s: a read on a
-  kept-alive connection that Triton's HTTP server serves on the thread running an
-  HTTP load waits for it; reads during a gRPC load did not), so a
-  :meth:`~TritonReloadActuator.live_profile` racing someone else's load can
-  time out.
-* A config override is not persisted: after a restart Triton reads the
-  repository's ``config.pbtxt`` again (:meth:`~TritonReloadActuator.reconcile`
-  notices and re-applies).
-* After a load with an override, a load *without* one is a no-op even when the
-  repository's ``config.pbtxt`` differs: Triton reloads from the repository only
-  when its files changed since the last load. That is why file mode writes the
-  file *and* sends the same config as an override.
+Applying the profile that is already live sends no load (reason ``unchanged``):
+the merged config is not always byte-identical to the live one, and any
+difference would cost a full two-copy reload for nothing.
 
-Applying the profile that is already live and verified sends no load
-(reason ``unchanged``). Triton would make a load of the identical config a no-op
-itself, but the merged config is not always byte-identical to the live one (the
-merge collapses several instance groups into one, and drops dynamic-batching
-fields the profile does not set), and any such difference costs a full
-two-copy reload for nothing. The config read of step 1 is needed anyway, so
-the check is free.
-
-File mode (``repository=``): the profile is merged into the repository's own
-``config.pbtxt``, which is rewritten atomically (a temporary file in the same
-directory, fsync, ``os.replace``) before the load, so the profile survives a
-restart. On failure the previous file is put back the same way. The rewrite is
-rendered from the parsed config, so comments in the original file are lost.
+File mode (``repository=``) also rewrites the repository's ``config.pbtxt``
+atomically before the load, so the profile survives a restart (comments in the
+file are lost); on failure the previous file is put back the same way.
 """
 
 from __future__ import annotations

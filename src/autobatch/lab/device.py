@@ -112,10 +112,8 @@ class DeviceMeter:
         self.http_url = url if "://" in url else f"http://{url}"
         self.models = tuple(models)
         self._owns = client is None
-        # A connection per read: Triton's HTTP server answers a kept-alive connection on
-        # the worker thread it first landed on, and a model load holds its thread for the
-        # whole load, so a reused connection can wait out a reload (2.7 s, measured)
-        # instead of reading the old copy's last counts.
+        # A connection per read: a kept-alive one can wait out a reload instead of reading
+        # the old copy's last counts (docs/triton-facts.md).
         self._client = client or httpx.AsyncClient(
             timeout=timeout_s, limits=httpx.Limits(max_keepalive_connections=0))
         self._last: dict[str, DeviceTotals] = {}
