@@ -21,11 +21,9 @@ scripts/check-core-install.sh
 pytest=(.venv/bin/pytest -q -p no:cacheprovider)
 "${pytest[@]}" -n 2 tests/unit "$@"
 "${pytest[@]}" -n 3 --dist loadfile -m "not serial" tests/integration "$@"
-# The serial tests compare measured latency tails with a prediction on a shared 2-core VM,
-# where a scheduler stall moves a short run's p95 by 15-30% (2026-12-01, a slow day: p50
-# within 4% of the simulator's, p95 17% and 29% over; two of four clean runs that
-# day failed one of them at first). A failure there runs them once more; a simulator
-# that is wrong fails both times.
+# The serial tests compare measured latency tails with a prediction, which a scheduler
+# stall on a shared VM can move; a failure runs them once more (why, with the figures:
+# docs/planner.md, "How close the simulator comes").
 if ! "${pytest[@]}" -m serial tests/integration "$@"; then
   echo "test: the serial latency-fidelity tests failed once; running them again (scripts/test.sh)" >&2
   "${pytest[@]}" -m serial tests/integration "$@"

@@ -16,12 +16,9 @@ line and closes, unless told to stay interactive):
   fails (``econ``) only seconds later, after a short guard step has ended,
   while each retry is counted at once.
 
-What HAProxy 2.6 does, seen on this machine: with ``balance roundrobin`` a new
-weight takes effect for the next request (a 25/75 split over 100 requests is
-25/75), requests in flight finish where they are, and a server at weight 0
-gets nothing new. A restart (or a reload without a server-state file) starts
-from the weights of the config file. The socket needs ``level admin`` for
-``set server``; at ``level operator`` the answer is ``Permission denied``.
+What HAProxy 2.6 does with a new weight (it takes effect for the next request;
+a restart starts from the config file's weights; ``set server`` needs ``level
+admin``): docs/gateway.md, "What HAProxy does".
 
 The socket's errors are translated here (``OSError``, timeouts -> reason
 ``unreachable``; an error sentence from HAProxy -> ``rejected``), so the

@@ -49,9 +49,8 @@ grew by no more than this share of the requests it completed during the step."""
 
 P95_ROSE_SHARE = 0.02
 """A receiving variant's summary p95 already over the limit before a step has risen over
-it only when it grew by more than this share: a summary spans a minute, and one that
-served nothing meanwhile drifts as old requests age out (73.5 -> 73.6 ms in the bursts
-of 2026-12-01 21:10, where the step's own requests were quick)."""
+it only when it grew by more than this share: a summary spans a minute and drifts as old
+requests age out (the run that showed it: docs/gateway.md, "What one switch does")."""
 
 SHARE_TOLERANCE = 0.01
 """How far a share read back may be from the one written: weights are integers
