@@ -8,22 +8,11 @@ file format (YAML)::
       - {name: high,      rate_rps: 150, duration_s: 30, arrival: bursty, burst_size: 8}
       - {name: low-again, rate_rps: 20,  duration_s: 20}
 
-``arrival`` picks how requests are spread inside a phase:
-
-``poisson`` (default)
-    Independent arrivals, exponential gaps. The number of arrivals in a phase
-    is fixed to ``rate_rps * duration_s`` (a fractional part is rounded up or
-    down at random, so the mean is exact) and their times are uniform order
-    statistics: that is a Poisson process conditioned on its count. The gaps
-    keep their Poisson burstiness, but the offered load of every phase is its
-    target, so two runs of a benchmark offer the same work and a load
-    generator's "achieved rate" measures the generator, not the dice.
-``uniform``
-    Evenly spaced arrivals, ``1 / rate_rps`` apart: the kindest load there is.
-``bursty``
-    Bursts of ``burst_size`` requests (default 8) sent at the same instant;
-    the bursts themselves are Poisson at ``rate_rps / burst_size``. The mean
-    rate is ``rate_rps``; the batcher sees a queue that fills all at once.
+``arrival`` spreads requests inside a phase: ``poisson`` (default: exponential
+gaps, the phase's count fixed to ``rate_rps * duration_s`` so every run offers
+the same work and "achieved rate" measures the generator, not the dice),
+``uniform`` (evenly spaced) or ``bursty`` (Poisson bursts of ``burst_size``
+requests at one instant). The format: docs/load.md, "Schedules".
 
 A phase with ``rate_rps: 0`` is idle for its duration. A phase may say how many
 co-tenant jobs share the device while it runs (``cotenants: 2``); the jobs are

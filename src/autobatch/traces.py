@@ -2,30 +2,16 @@
 
 A trace is what ``autobatch simulate --trace`` replays through the simulator
 and what ``autobatch load --trace`` sends to a real Triton; ``autobatch load
---record-trace`` writes one of what it sent. Three formats are read:
+--record-trace`` writes one of what it sent. Three formats are read, each
+described in docs/planner.md ("Traces in and out"):
 
-CSV (``.csv``)
-    A header line, then one request per line. ``time_s`` (seconds, any
-    origin) is required; ``rows`` (the request's batch dimension, default 1)
-    and ``priority`` (Triton's request priority, default 0: the model's
-    default level) are optional. Lines starting with ``#`` are comments::
-
-        time_s,rows,priority
-        0.000,1,0
-        0.004,4,1
-
-JSON lines (``.jsonl``, ``.ndjson``)
-    One object per line with the same keys: ``{"time_s": 0.004, "rows": 4}``.
-
-Triton's own trace file (``.json``, or ``.json.0``, ``.json.1``, ... when Triton
-writes one file per ``log-frequency`` traces: a JSON array)
-    What ``tritonserver --trace-config triton,file=...`` or the trace extension
-    (``POST /v2[/models/M]/trace/setting``) writes. A request's arrival is its
-    ``REQUEST_START`` timestamp (``QUEUE_START`` if that is missing). Its rows
-    come from the input tensor's shape when the trace level includes
-    ``TENSORS`` (the first dimension of the first input), else 1. Triton does
-    not trace the priority; it reads as 0. A file that traces several models
-    needs ``model``.
+* CSV (``.csv``): a header, then one request a line: ``time_s`` (required),
+  ``rows`` (default 1), ``priority`` (default 0); ``#`` starts a comment;
+* JSON lines (``.jsonl``, ``.ndjson``): one object a line with the same keys;
+* Triton's own trace file (``.json``, or ``.json.0``, ``.json.1``, ...): a
+  request arrives at its ``REQUEST_START`` (``QUEUE_START`` if missing), its
+  rows are its first input's first dimension with level ``TENSORS`` (else 1),
+  its priority is 0 (Triton does not trace it); several models need ``model``.
 
 Times are shifted so that the first request arrives at 0 and requests are put
 in arrival order (Triton writes them as they finish). Every error names the

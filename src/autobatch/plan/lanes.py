@@ -1,43 +1,20 @@
 """Priority lanes: an urgent level ahead of every batch, a batchable level with the wait.
 
 Given a priority mix (the share of requests that are urgent), the planner
-proposes a two-lane profile built on a profile that waits for batches:
+proposes a two-lane profile built on a profile that waits for batches: the
+base profile's preferred sizes and wait, ``priority_levels: 2`` and
+``default_priority_level: 2`` (unlabelled requests are batchable); level 1,
+urgent, has no queue policy. Urgent callers send Triton's request priority 1.
 
-    dynamic_batching:
-      preferred_batch_size: [...]          # the base profile's
-      max_queue_delay_microseconds: ...    # the base profile's wait, for the batchable lane
-      priority_levels: 2
-      default_priority_level: 2            # unlabelled requests are batchable
-      # level 1 (urgent): no queue policy, so never timed out, never moved back (DELAY)
+Triton walks level 1 before level 2, so an urgent request never queues behind
+batchable ones; but ``max_queue_delay_microseconds`` is one value per model,
+so a lone urgent request on an idle model still waits it. The prediction runs
+the simulator twice on the same Poisson arrivals: the lanes profile on the
+``general`` engine and the base profile on one level (``triton`` engine).
 
-Urgent callers send Triton's request priority 1 (``priority=1`` in
-tritonclient, or the SDK's ``TritonBatchClient(priority=1)``).
-
-What Triton does with it (core ``dynamic_batch_scheduler.cc`` and
-``scheduler_utils.cc``, read for this): one queue per level; the batcher walks
-level 1 before level 2, and a request of a higher level that arrives while a
-batch is being formed resets the walk, so it goes to the front of the batch
-being formed. An urgent request therefore never queues behind batchable ones:
-it waits at most for the batch on the instance and rides in the next one.
-``max_queue_delay_microseconds`` is one value per model, counted from the
-oldest request in the batch being formed whatever its level, so no level can
-opt out of it: when the model is idle and no preferred size can be formed, a
-lone urgent request waits the delay like any other. The planner says so next
-to its prediction, and the delay it keeps is the SLO's budget.
-
-The prediction runs the simulator twice on the same Poisson arrivals: the
-lanes profile on the ``general`` engine (priority levels in Triton's walk
-order, the batch formed when an instance is free), and the base profile
-without levels on the default ``triton`` engine (every request in one FIFO
-queue, which is what the urgent requests get without lanes).
-
-What the prediction leaves out, measured on the real Triton 2.51
-(``tests/integration/test_lanes_triton.py``, docs/planner.md): a model with
-priority levels loses payload prefetching (``scheduler_utils.cc`` sets
-``support_prefetching_`` false when ``priority_levels`` > 0), so each batch
-is formed only once an instance waits for it, and the batcher now and then
-sleeps its 500 ms default wait before it notices a free instance. The urgent
-lane keeps its advantage; the batchable lane pays more than predicted.
+It leaves out that Triton stops prefetching batches with priority levels, so
+on the real server the batchable lane pays more than predicted. The rules, the
+measurements and their commands: docs/planner.md, "Priority lanes".
 
 Pure: values in, values out.
 """

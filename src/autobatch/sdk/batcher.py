@@ -21,14 +21,12 @@ and never sent; one already sent releases its caller at once and its result is
 dropped; a batch none of whose callers still waits is cancelled.
 
 Failure semantics, per batch: when the batch function raises, every caller of
-that batch gets the same exception. An :class:`~autobatch.errors.AutobatchError`
-is passed on as it is; anything else is wrapped once in a
-:class:`~autobatch.errors.BatcherError` whose ``__cause__`` is the original. A
-batch function that returns the wrong number of results fails its batch with a
-message naming both numbers.
+that batch gets the same exception (an :class:`~autobatch.errors.AutobatchError`
+as it is, anything else wrapped once in a :class:`~autobatch.errors.BatcherError`);
+the wrong number of results fails the batch with a message naming both numbers.
 
-Time is a dependency: ``clock`` and ``sleep`` are injected (trio style), so
-tests drive max-delay flushes and deadlines with a fake clock, instantly.
+``clock`` and ``sleep`` are injected, so tests drive flushes and deadlines with
+a fake clock. The queue is :mod:`autobatch.sdk.queue`, the timer :mod:`autobatch.sdk.timer`.
 """
 
 from __future__ import annotations

@@ -6,28 +6,20 @@ model. The queries are built by :class:`PromQL` (pure), turned into a window by
 :func:`window_from_results` (pure), and run by :class:`PrometheusSource`
 against ``/api/v1/query`` through an injected ``httpx.AsyncClient``.
 
-How the fleet window differs from the direct one:
+How the fleet window differs from the direct one (docs/signals.md, "Fleet
+mode: Prometheus"):
 
-* rates are ``rate(counter[range])``: Prometheus extrapolates to the range's
-  edges and compensates for counter resets itself. A reset inside the range
-  (``resets(...) > 0``) still marks the window stale, as the direct source
-  does, because the range then mixes two lives of a server. A reload with a
-  config override does not reset ``/metrics`` (see
-  :mod:`autobatch.signals.triton`), so Prometheus cannot see it.
-* ``p95_ms``/``p99_ms`` are the **highest** replica's summary quantile:
-  quantiles of different replicas cannot be added, and the worst replica is
-  the one that breaks the SLO. They lag like the direct ones (up to 60 s), plus
-  up to one scrape interval.
-* ``batch_curve_ms`` is empty: ``batch_stats`` is not exported as metrics.
-  So ``device_ms_per_request`` and ``busy_instances`` are approximated from
-  the per-request compute counters: Triton adds a batch's compute time to every
-  request in it, so d(compute_us) / d(count) is the batch time weighted by
-  batch size, and dividing by the mean batch size gives the time per item
-  (exact when the batches are of one size, a little high when they vary).
-  ``busy_share`` needs ``instances_per_replica`` (times the replicas reporting).
-* ``end_s`` is the timestamp of the newest scraped sample, not the query time,
-  so a stuck scrape shows up as an old window (and as ``too_old`` past
-  ``max_age_s``); ``start_s`` is ``end_s - range_s``.
+* rates are ``rate(counter[range])``; a counter reset inside the range
+  (``resets(...) > 0``) still marks the window stale, as the range then mixes
+  two lives of a server;
+* ``p95_ms``/``p99_ms`` are the **highest** replica's quantile: quantiles of
+  different replicas cannot be added, and the worst one breaks the SLO;
+* ``batch_curve_ms`` is empty (``batch_stats`` is not exported as metrics), so
+  ``device_ms_per_request`` and ``busy_instances`` come from the per-request
+  compute counters divided by the mean batch size (exact when the batches are
+  of one size, a little high when they vary);
+* ``end_s`` is the newest scraped sample's timestamp, so a stuck scrape shows
+  up as an old window; ``start_s`` is ``end_s - range_s``.
 """
 
 from __future__ import annotations

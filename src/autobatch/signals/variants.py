@@ -4,30 +4,20 @@ Built by :mod:`autobatch.signals.factory`; the gateway actuator only receives th
 
 The guard judges one variant at a time (:class:`TritonStepSignals`,
 :class:`PrometheusStepSignals`). The controller's policy sees one window
-built from all of them (:class:`VariantsSource`, :func:`combine_windows`):
+built from all of them (:class:`VariantsSource`, :func:`combine_windows`),
+because the policy sizes the profile to the load, and the load is what all
+variants serve together: during a shift the live variant's window alone would
+show the load falling by the share moved away. Combined:
 
-* **why the combined window, not the live variant's**: the policy sizes the
-  profile to the load, and the load is what all variants serve together.
-  Outside a shift one variant carries everything and the combined window *is*
-  its window; during a shift (a few seconds) the live variant's alone would
-  show a load that has fallen by the share moved away, and the policy would
-  read that as the load dropping.
-* rates, failures and the backlog add up; mean queue, compute and request
-  times are weighted by each variant's completed requests, the mean batch
-  size by its executions;
-* p95/p99 are the worst of the variants that completed requests in the
-  window. A variant without traffic is left out: its summary quantiles still
-  hold up to 60 s of the traffic it had before the last shift (often an
-  overload it was moved away from), which says nothing about now;
-* the live batch curve is the same model's on the same kind of device, so the
-  variants' points are averaged; utilisation is the mean over the variants
-  that report one;
-* device time per request is weighted by each variant's items; the busy share
-  is that of the variants that served requests (their busy instances over
-  their instances): an idle variant's instances are not capacity the live
-  profile can use;
-* one stale variant makes the combined window stale (naming it): a gateway
-  whose other side cannot be read is not a state to switch profiles in.
+* rates, failures and the backlog add up; mean times are weighted by each
+  variant's completed requests, the mean batch size by its executions;
+* p95/p99 are the worst of the variants that completed requests in the window
+  (an idle variant's summary still holds up to 60 s of its last stint);
+* the live batch curve is averaged over the variants, utilisation too;
+* device time per request is weighted by items; the busy share is that of the
+  variants that served requests (an idle variant's instances are not
+  capacity the live profile can use);
+* one stale variant makes the combined window stale (naming it).
 """
 
 from __future__ import annotations

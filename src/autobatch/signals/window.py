@@ -11,21 +11,11 @@ A value that could not be measured is ``None``, never a made-up 0: no
 completed request means no mean queue time, a CPU-only server means no
 accelerator utilisation.
 
-Lag of each signal (what it costs to decide on it):
-
-* differenced counters (rates, means, batch size): one window. Triton updates
-  them when a response completes, so a request still queued is not in them;
-  ``pending_requests`` is.
-* ``p95_ms``/``p99_ms``: Triton's ``*_summary_us`` quantiles come from a
-  prometheus-cpp summary over a sliding 60 s window (five 12 s buckets). Right
-  after a profile switch they still hold up to a minute of the old profile.
-* ``utilization``: ``nv_gpu_utilization`` is refreshed by Triton's metrics
-  polling thread, which wakes every half ``--metrics-interval-ms`` (so every
-  1 s at the default 2000 ms; ``autobatch serve`` starts Triton with 500 ms).
-  It is the only per-interval series the sidecar reads: the per-model counters,
-  the pending gauge and the summaries change with every request.
-* ``device_ms_per_request``, ``busy_share``: one window, from ``batch_stats``
-  (updated when an execution ends, like the counters).
+Each signal lags differently (what it costs to decide on it: docs/signals.md,
+"Each signal, and what it costs in delay"): differenced counters by one window;
+Triton's summary quantiles (``p95_ms``/``p99_ms``) span a sliding 60 s, so right
+after a switch they still hold up to a minute of the old profile;
+``utilization`` refreshes only with Triton's metrics polling interval.
 
 A stale window (``stale=True``) is a record that something went wrong, not a
 measurement: its rates and means are left at their defaults and must not be

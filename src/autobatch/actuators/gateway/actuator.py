@@ -4,31 +4,24 @@ Each profile of the ladder is served by its own *variant* of the model, loaded
 side by side (``M__latency`` and ``M__throughput`` in one Triton, or ``M`` on
 two Triton servers), and a gateway splits the traffic between them by weight.
 :class:`GatewayActuator` makes a profile live by moving the traffic onto its
-variant instead of reloading the model:
-
-1. read the weights from the gateway (:class:`WeightsBackend`);
-2. plan the steps (:func:`~autobatch.actuators.gateway.steps.plan_shift`): the
-   receiving variant's share of the traffic goes up the configured ladder, e.g.
-   25 -> 50 -> 100 percent, the others keep their proportions of the rest;
-3. per step: take a baseline of the receiving variant's signals, write the
-   weights, read them back, wait ``step_dwell_s``, and let the guard judge what
-   the receiving variant did in that time
-   (:func:`~autobatch.actuators.gateway.steps.judge`): its failures, its
-   mean and p95 latency against the SLO, and the gateway's own error counters
-   for it. A failed step puts the weights of before the shift back at once.
+variant instead of reloading the model: it reads the weights
+(:class:`WeightsBackend`), plans the steps
+(:func:`~autobatch.actuators.gateway.steps.plan_shift`: e.g. 25 -> 50 -> 100
+percent), and per step writes the weights, reads them back, waits
+``step_dwell_s`` and lets the guard judge what the receiving variant did
+(:func:`~autobatch.actuators.gateway.steps.judge`); a failed step puts the
+weights of before the shift back at once. docs/gateway.md, "What one switch
+does", walks through it.
 
 Why not reload: a reload builds a second copy of the model while the first
-serves, and on a heavy model that competes for the device and spikes the tail
-(see :mod:`autobatch.actuators.triton`). Both variants here are loaded already,
-so a shift changes only where the next request goes.
+serves, which competes for the device and spikes the tail (docs/triton-facts.md).
+Both variants here are loaded already, so a shift changes only where the next
+request goes.
 
 ``live_profile`` is the variant holding the majority of the traffic;
-``reconcile`` re-applies the profile when its variant no longer holds all of it
-(the gateway restarted from its config file, someone moved a weight by hand).
-
-This module is the I/O around the pure step planner and verdict of
-:mod:`autobatch.actuators.gateway.steps`: it reads and writes the gateway,
-waits the dwell and reads the variants' signals.
+``reconcile`` re-applies the profile when its variant no longer holds all of
+it. This module is the I/O (the gateway, the dwell, the variants' signals)
+around the pure step planner and verdict of :mod:`autobatch.actuators.gateway.steps`.
 """
 
 from __future__ import annotations

@@ -1,44 +1,28 @@
 """Kubernetes as the gateway: weights of a Gateway API HTTPRoute (or GRPCRoute), or an
 Istio VirtualService.
 
-The change is a **JSON Patch** (RFC 6902, ``Content-Type:
-application/json-patch+json``), one ``test`` and one ``add`` per variant::
+The change is a **JSON Patch** (RFC 6902), one ``test`` and one ``add`` per variant::
 
     [{"op": "test", "path": "/spec/rules/0/backendRefs/1/name", "value": "triton-throughput"},
      {"op": "add",  "path": "/spec/rules/0/backendRefs/1/weight", "value": 25}, ...]
 
-Why this patch type: both kinds are custom resources, and the API server
-refuses a strategic merge patch for those; a JSON merge patch (RFC 7386)
-replaces a list whole, so changing one weight would mean re-sending the rule's
-matches, filters and every backend as read, and a concurrent edit in between
-would be overwritten. The ``test`` ops make the API server refuse the patch
-(HTTP 422) if the list was reordered since it was read, instead of moving the
-weight onto whatever backend now sits at that index.
+Why this patch type: the API server refuses a strategic merge patch for custom
+resources, and a JSON merge patch replaces a list whole (a concurrent edit of
+the rule would be overwritten). The ``test`` ops make the API server refuse
+the patch (HTTP 422) if the list was reordered since it was read.
 
-Where the patch goes:
+Where the patch goes: **in-cluster** (``KUBERNETES_SERVICE_HOST`` set and a
+service-account token mounted) it is a ``PATCH`` through the API server, with
+the route read before (for the indices) and after (to verify); the service
+account needs ``get`` and ``patch`` on the route
+(``deploy/k8s/overlays/gateway/rbac.yaml``). **Otherwise** it is printed as a
+``kubectl patch`` command line against a copy of the route read from its
+manifest (``manifest:``), updated as if applied.
 
-For HTTP clients an HTTPRoute can split between two Services of pods serving
-the same model name with different profiles, or (where the implementation
-supports a ``URLRewrite`` filter on a backendRef) between two models of one
-pool; gRPC clients need the two pools (a GRPCRoute, or an Istio route: gRPC is
-HTTP/2 to Istio).
-
-* **in-cluster** (``KUBERNETES_SERVICE_HOST``/``_PORT`` set and a service-account
-  token mounted): ``PATCH`` through the API server with the token as bearer and
-  the mounted CA; the route is read with ``GET`` first to find the indices and
-  after the patch to verify it. The service account needs ``get`` and ``patch``
-  on the route (an RBAC Role is in ``deploy/k8s/overlays/gateway/rbac.yaml``).
-* **otherwise** it prints the patch as a ``kubectl patch`` command line, against
-  a copy of the route read from its manifest file (``manifest:``), which is
-  updated as if applied so the next patch is computed from it.
-
-Weights: an HTTPRoute (GRPCRoute) weight is proportional (0..1,000,000; absent means 1);
-Istio's route weights are percents that must add up to 100 (absent means 0,
-or 100 for a lone destination), so patches to a VirtualService are normalised
-to a sum of 100. autobatch writes percents to both.
-
-Only the rule named by ``rule`` (an index) is touched, and it should hold only
-the variants: another backend in it keeps its weight and takes its share.
+Weights: autobatch writes percents. An HTTPRoute (GRPCRoute) weight is
+proportional (0..1,000,000; absent means 1); Istio's must add up to 100. Only
+the rule named by ``rule`` (an index) is touched, and it should hold only the
+variants: another backend in it keeps its weight and takes its share.
 """
 
 from __future__ import annotations
