@@ -96,32 +96,36 @@ def load(
     check_seed(seed, "--seed")
     if url is not None:
         normalize_url(url, "--url")
+    run = _Run(model, url, protocol, out_path, json_output, seed, timeout_ms / 1000.0, batch_size)
     if sessions is not None or fps is not None:
         if rate is not None or schedule is not None or trace is not None:
             raise ConfigError("give one load: --rate/--schedule/--trace, or --sessions K --fps F")
-        _load_sessions(
-            model, url, protocol, sessions, fps, session_policy, duration,
-            _Run(out_path, json_output, seed, timeout_ms / 1000.0, batch_size),
-        )
+        _load_sessions(run, sessions, fps, session_policy, duration)
         return
-    from autobatch.load import default_url
-
     plan, sent = _arrivals(trace, trace_model, rate, duration, schedule)
-    report = _run_load_live(default_url(protocol) if url is None else url, model, protocol, plan, sent,
-                            _Run(out_path, json_output, seed, timeout_ms / 1000.0, batch_size),
-                            record_trace)
-    _print_load_report(report, json_output, out_path, record_trace)
+    report = _run_load_live(run, plan, sent, record_trace)
+    _print_load_report(report, run, record_trace)
 
 
 @dataclass(frozen=True)
 class _Run:
-    """What every load run takes, whatever the load: where records go and how requests look."""
+    """What every load run takes, whatever the load: the target, where records go and how
+    requests look."""
 
+    model: str
+    url: str | None
+    """None: Triton's default port on loopback for ``protocol``."""
+    protocol: str
     out_path: Path | None
     json_output: bool
     seed: int
     timeout_s: float
     batch_size: int
+
+    def target(self) -> str:
+        from autobatch.load import default_url
+
+        return default_url(self.protocol) if self.url is None else self.url
 
 
 @contextlib.contextmanager
@@ -158,14 +162,14 @@ def _arrivals(trace: Path | None, trace_model: str | None, rate: float | None, d
     return plan, plan
 
 
-def _run_load_live(url: str, model: str, protocol: str, plan: Schedule, sent: Any, run: _Run,
-                   record_trace: Path | None) -> LoadReport:
+def _run_load_live(run: _Run, plan: Schedule, sent: Any, record_trace: Path | None) -> LoadReport:
     """``run_load`` with a live status on a terminal's stderr."""
     from rich.live import Live
 
     from autobatch.cli.views import LiveStatus
     from autobatch.load import run_load
 
+    url = run.target()
     status = LiveStatus(plan)
     with _first_ctrl_c_stops("stopping: draining in-flight requests (Ctrl-C again to abort) ...") as stop:
         live = (
@@ -176,9 +180,9 @@ def _run_load_live(url: str, model: str, protocol: str, plan: Schedule, sent: An
         with live:
             return run_load(
                 url,
-                model,
+                run.model,
                 sent,
-                protocol=protocol,
+                protocol=run.protocol,
                 seed=run.seed,
                 timeout_s=run.timeout_s,
                 batch_size=run.batch_size,
@@ -189,11 +193,11 @@ def _run_load_live(url: str, model: str, protocol: str, plan: Schedule, sent: An
             )
 
 
-def _print_load_report(report: LoadReport, json_output: bool, out_path: Path | None,
-                       record_trace: Path | None) -> None:
+def _print_load_report(report: LoadReport, run: _Run, record_trace: Path | None) -> None:
     from autobatch.cli.views import failure_lines, report_table
 
-    if json_output:
+    out_path = run.out_path
+    if run.json_output:
         print_json(report.to_dict())
     else:
         out.print(report_table(report))
@@ -210,16 +214,14 @@ def _print_load_report(report: LoadReport, json_output: bool, out_path: Path | N
         warn(warning)
 
 
-def _load_sessions(model: str, url: str | None, protocol: str, sessions: int | None, fps: float | None,
-                   policy: str, duration: float | None, run: _Run) -> None:
+def _load_sessions(run: _Run, sessions: int | None, fps: float | None, policy: str,
+                   duration: float | None) -> None:
     from autobatch.cli.views import sessions_renderable
-    from autobatch.load import default_url
     from autobatch.load.sessions import run_sessions
 
     if sessions is None or fps is None:
         raise ConfigError("--sessions and --fps go together: give both")
-    if url is None:
-        url = default_url(protocol)
+    url, model, protocol = run.target(), run.model, run.protocol
     stopping = "stopping: serving the frames still waiting (Ctrl-C again to abort) ..."
     with _first_ctrl_c_stops(stopping) as stop:
         status = (err.status(f"{sessions} sessions at {fps:g} fps, {policy}, on {model} ...")

@@ -408,15 +408,13 @@ def make_plan(
         fixed_latency_ms=network_ms,
         noise_cv=noise_cv,
     )
-    run = _Run(service, float(slo_p99_ms), instances, seed, duration_s, device)
+    run = _Run(service, float(slo_p99_ms), instances, seed, duration_s, model, max_batch_size, device)
     load = _load(run, rate_rps, sessions, fps)
     verdict = batching_verdict(curve, max_batch_size)
     fit = largest_fitting_batch(curve, slo_p99_ms, network_ms, max_batch_size, margin_frac=margin_frac)
     profile_mbs = _profile_max_batch(curve, fit, max_batch_size, allow_extrapolation)
     budget = queue_budget(slo_p99_ms, network_ms, curve, profile_mbs, margin_frac=margin_frac)
-    profiles = _profiles(
-        run, verdict, budget, max_batch_size, allow_extrapolation=allow_extrapolation, model=model
-    )
+    profiles = _profiles(run, verdict, budget, allow_extrapolation=allow_extrapolation)
     workload = load.workload(duration_s, seed)
     candidates = tuple(_candidate(run, p, workload, sweep_points, sweep_requests) for p in profiles)
     plan = Plan(
@@ -447,7 +445,7 @@ def make_plan(
 
 @dataclass(frozen=True)
 class _Run:
-    """What every simulation of one plan shares."""
+    """What every step of one plan reads: the service model, the SLO, the model's limits, the seed."""
 
     service: ServiceModel
     slo_p99_ms: float
@@ -455,6 +453,10 @@ class _Run:
     seed: int
     duration_s: float
     """How long the given load is simulated."""
+    model: str | None
+    """The model name written into the profiles."""
+    max_batch_size: int
+    """The model's own max_batch_size."""
     device: SharedDevice | None = None
 
     def simulate(self, profile: Profile, workload: Workload, *, cotenants: bool = True) -> SimResult:
@@ -494,8 +496,8 @@ def _profile_max_batch(curve: BatchCurve, fit: Budget | None, max_batch_size: in
     return max(1, min(profile_mbs, max_batch_size))
 
 
-def _profiles(run: _Run, verdict: Verdict, budget: Budget, max_batch_size: int, *,
-              allow_extrapolation: bool, model: str | None) -> tuple[Profile, ...]:
+def _profiles(run: _Run, verdict: Verdict, budget: Budget, *,
+              allow_extrapolation: bool) -> tuple[Profile, ...]:
     """Triton's default first, then the candidates that differ from it."""
     profiles = candidate_profiles(
         run.service.curve,
@@ -503,11 +505,11 @@ def _profiles(run: _Run, verdict: Verdict, budget: Budget, max_batch_size: int, 
         budget.batch_size,
         budget.delay_ms,
         allow_extrapolation=allow_extrapolation,
-        model=model,
+        model=run.model,
         instances=run.instances if run.instances != 1 else None,
-        model_max_batch_size=max_batch_size,
+        model_max_batch_size=run.max_batch_size,
     )
-    default = triton_default(max_batch_size, model=model)
+    default = triton_default(run.max_batch_size, model=run.model)
     if run.instances != 1:
         default = Profile(**{**default.__dict__, "instance_count": run.instances})
     # A candidate Triton would run exactly as its default (no wait, the only preferred

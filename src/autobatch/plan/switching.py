@@ -2,39 +2,24 @@
 
 "Does batching pay?" (:func:`autobatch.plan.verdict.batching_verdict`) asks
 whether larger batches are cheaper per item on this device. This asks the next
-question, the one a Triton user asks of any controller: over a schedule of
-load, does moving between profiles beat leaving one profile in place, Triton's
-default (no preferred sizes, no wait) included, on the SLO and on device time?
+question: over a schedule of load, does moving between profiles beat leaving
+one in place, Triton's default included, on the SLO and on device time?
 
-For one batch curve, a ladder of profiles, an instance count, a schedule and an
-SLO, the simulator runs:
+For one batch curve, a ladder, an instance count, a schedule and an SLO, the
+simulator runs every profile statically through the whole schedule (backlogs
+carry over between phases); every profile on every phase alone, from an empty
+queue (the oracle's menu); and an **oracle** that puts the objective's pick for
+each phase in force ``reaction_s`` after the phase begins (keep the share over
+the SLO at the best any profile reaches, then the least device time, or the
+lowest latency when no profile saves ``min_device_saving``). Each stretch of
+one profile runs on its own instances, as two warm variants behind a gateway
+do, so the oracle is an upper bound on a controller.
 
-* every profile statically through the whole schedule (backlogs carry over
-  from one phase to the next, as on a real server): per phase the share of
-  requests over the SLO and p95; over the schedule the device time per request
-  (instance milliseconds per request served);
-* every profile on every phase alone, from an empty queue: the steady figures of
-  that profile at that load, which the oracle picks from;
-* an **oracle**: for each phase it knows the profile the objective picks (the
-  controller's objective: keep the share over the SLO at the best any profile
-  reaches, then the least device time; when no profile saves at least
-  ``min_device_saving`` over the lowest-latency one, the lowest latency), and
-  puts it in force ``reaction_s`` after the phase begins; until then the
-  previous phase's pick serves. Each stretch of one profile is simulated on its
-  own, from an empty queue, and a stretch's backlog drains on its own
-  instances: what two warm variants behind a gateway do. So the oracle is an
-  upper bound on a controller: it never mistakes a phase, and a reload (where
-  old and new copies share the device while the backlog drains) does a little
-  worse.
-
-The verdict compares the oracle with the best static choice: the profile that
-misses the fewest phases (a phase is missed when its share over the SLO is more
-than ``tolerance`` above the best any choice reaches in that phase), then with
-the least device time. If that profile is within ``tolerance`` of the oracle in
-every phase and within ``min_device_saving`` of its device time, one static
-profile is the answer (and when it is Triton's default, leave Triton alone);
-otherwise switching pays, and the verdict says whether on the SLO, on device
-time, or both.
+The verdict compares the oracle with the best static profile (fewest missed
+phases, then the least device time): within ``tolerance`` in every phase and
+``min_device_saving`` of its device time, one static profile is the answer;
+else switching pays, on the SLO, on device time, or both. docs/planner.md
+("Does switching pay here?") shows it on the shipped curves.
 
 Pure: values in, values out.
 """

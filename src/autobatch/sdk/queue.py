@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Hashable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -19,42 +20,35 @@ if TYPE_CHECKING:
 WAITING, QUEUED, SENT, DONE = range(4)
 
 
+@dataclass(slots=True, eq=False)  # eq=False: a request is itself, whatever it holds
 class Request:
-    __slots__ = ("batch", "deadline", "enqueued_at", "future", "item", "key", "seq", "size",
-                 "state", "timeout_s")
-
-    def __init__(self, item: Any, size: int, key: Hashable, seq: int,
-                 future: asyncio.Future[Any], timeout_s: float | None, deadline: float) -> None:
-        self.item = item
-        self.size = size
-        self.key = key
-        self.seq = seq
-        self.future = future
-        self.timeout_s = timeout_s
-        self.deadline = deadline
-        self.enqueued_at = 0.0
-        self.state = WAITING
-        self.batch: Batch | None = None
+    item: Any
+    size: int
+    key: Hashable
+    seq: int
+    """Its place in the order of submission."""
+    future: asyncio.Future[Any]
+    timeout_s: float | None
+    deadline: float
+    enqueued_at: float = 0.0
+    state: int = WAITING
+    batch: Batch | None = None
 
 
+@dataclass(slots=True, eq=False)
 class Batch:
     """A batch in flight: its requests and the task running it."""
 
-    __slots__ = ("requests", "task")
-
-    def __init__(self, requests: list[Request], task: asyncio.Task[Any]) -> None:
-        self.requests = requests
-        self.task = task
+    requests: list[Request]
+    task: asyncio.Task[Any]
 
 
+@dataclass(slots=True, eq=False)
 class Group:
     """The queue of one group key: FIFO, with its total size kept up to date."""
 
-    __slots__ = ("queue", "size")
-
-    def __init__(self) -> None:
-        self.queue: deque[Request] = deque()
-        self.size = 0
+    queue: deque[Request] = field(default_factory=deque)
+    size: int = 0
 
 
 class RequestQueue:
