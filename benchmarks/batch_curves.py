@@ -8,7 +8,7 @@ autobatch.lab.measure (one request per run, compute time read from
 per-item time at each batch size relative to batch 1. It also loads the
 emulated accelerator with curves/laptop-512x288-fp16.yaml and shows
 how closely it reproduces that curve. The run is saved under
-benchmarks/results/batch_curves/ (record.save_result) for the README's table.
+benchmarks/results/batch_curves/ (record.save_result) for the results table.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def main() -> None:
 
 
 def _rows(results: dict[str, dict]) -> list[dict]:
-    """The README's lines: where batching pays, where it does not, and how true the emulator runs."""
+    """The results table's lines: where batching pays, where it does not, and how true the emulator runs."""
     out = []
     d = results["dense_mlp"]
     out.append(row(

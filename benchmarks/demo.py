@@ -1,4 +1,4 @@
-"""The demo, saved: `autobatch demo` as a benchmark, its figures kept for the README and docs.
+"""The demo, saved: `autobatch demo` as a benchmark, its figures kept for docs/results.md.
 
     .venv/bin/python benchmarks/demo.py [--instances 2]
 
@@ -7,7 +7,7 @@ examples/schedules/demo.yaml three times: with the sidecar of examples/sidecar.y
 with Triton's default held and with the ladder's top rung held), prints the same
 table, switches and verdict lines, and saves the runs and the comparisons as
 benchmarks/results/demo/<time>.json, with the sidecar's decision log beside it
-(logs/<time>-controller.jsonl.gz). One README row per static run: the controller's
+(logs/<time>-controller.jsonl.gz). One results row per static run: the controller's
 device time per request over that run's, with the share over the SLO and the
 low-phase p95 in the figure.
 """

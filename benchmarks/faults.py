@@ -29,7 +29,7 @@ runtime socket gone in gateway mode; Prometheus down in fleet mode.
 The model is the emulated accelerator (it holds the instance for its curve's
 time without burning CPU), on a curve shaped like dense_mlp's on this CPU, so
 the two cores stay with Triton, the load and the sidecar. Saved with
-``record.save_result("faults", ...)``: one row per fault in the README's table.
+``record.save_result("faults", ...)``: one row per fault in the results table.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Starts the embedded Triton with dense_mlp, `autobatch run` as a separate
 process (examples/sidecar.yaml pointed at that Triton, interval 1 s), and a
 light load (20 requests/s) so every window has data; then reads the sidecar's
 RSS and CPU time from /proc over the run. Each run is saved under
-benchmarks/results/footprint/ (record.save_result) for the README's table.
+benchmarks/results/footprint/ (record.save_result) for the results table.
 """
 
 from __future__ import annotations

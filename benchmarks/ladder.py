@@ -174,7 +174,7 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
 
 
 def rows_for(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """One README row per instance count: what each profile carried, and its device time at 100/s."""
+    """One results row per instance count: what each profile carried, and its device time at 100/s."""
     rows = []
     by_n: dict[int, list[dict[str, Any]]] = {}
     for run in result["runs"].values():

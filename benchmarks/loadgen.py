@@ -18,7 +18,7 @@ every benchmark in this repository. The CPU columns say who used what.
     .venv/bin/python benchmarks/loadgen.py --url 127.0.0.1:8001 --model emulated_accelerator
 
 Each run is saved under benchmarks/results/loadgen/ (record.save_result); the
-README's table shows the newest gRPC and HTTP ceilings and their range over the
+results table shows the newest gRPC and HTTP ceilings and their range over the
 saved runs.
 """
 

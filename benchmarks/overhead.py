@@ -135,7 +135,7 @@ def report(out: dict[str, Any], console: Console) -> list[dict[str, Any]]:
             f"({s['on']['device_ms_mean']:.2f} vs {s['off']['device_ms_mean']:.2f} ms, means of "
             f"{len(out['runs']) // 2} runs each); runs of one side spread {s['spread']:.0%}")
     console.print(line)
-    # One key per set-up, so that the README shows each (the default set-up keeps the
+    # One key per set-up, so that docs/results.md shows each (the default set-up keeps the
     # key of its first run).
     tag = ("" if (out["profile"], out["rate_rps"], out["instances"]) == ("efficient", 240.0, 2)
            else f"_{out['profile']}_{out['rate_rps']:g}_x{out['instances']}")

@@ -1,9 +1,9 @@
-"""Saving a benchmark's result where the README's figures come from.
+"""Saving a benchmark's result where the published figures come from.
 
 Every benchmark ends with :func:`save_result`: one JSON file per run under
 ``benchmarks/results/<benchmark>/<UTC time>.json`` holding the machine, the
 date, the command line, the full figures (``data``) and the rows it adds to the
-README's results table (``rows``: what, figure, command). ``make results``
+results table, docs/results.md (``rows``: what, figure, command). ``make results``
 (:mod:`report`) regenerates that table from the newest run of each benchmark;
 where several saved runs hold a row with the same ``key`` and a numeric
 ``value``, the table gives their range too.
@@ -73,7 +73,7 @@ def speed_probe_ms(repeats: int = 5) -> float:
 
 def row(what: str, figure: str, *, command: str | None = None, key: str | None = None,
         value: float | None = None, unit: str = "", value_name: str | None = None) -> dict[str, Any]:
-    """One line of the README's results table. ``key``/``value`` let several runs give a range;
+    """One line of the results table (docs/results.md); ``key``/``value`` let runs give a range;
     ``value_name`` says what the range is of where the figure holds several numbers."""
     out: dict[str, Any] = {"what": what, "figure": figure}
     if command is not None:

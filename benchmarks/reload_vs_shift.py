@@ -26,7 +26,7 @@ ended, answered after it began) are pooled per way: p50/p95/p99/max, next to
 the requests in flight during no change at all.
 
 Each run is saved under benchmarks/results/reload_vs_shift/ (record.save_result)
-for the README's table, one row per mode (protocol, and --grpc-load-api).
+for the results table, one row per mode (protocol, and --grpc-load-api).
 """
 
 from __future__ import annotations
@@ -319,7 +319,7 @@ def print_table(result: dict[str, Any], console: Console) -> None:
 
 
 def _rows(result: dict[str, Any], args: argparse.Namespace) -> list[dict[str, Any]]:
-    """The README's line for this mode: the p99 of the requests in flight during each kind of change."""
+    """The results line for this mode: the p99 of the requests in flight during each kind of change."""
     ways = result["ways"]
 
     def p99(way: str) -> str:

@@ -1,15 +1,22 @@
-"""``make results``: regenerate the README's results table from ``benchmarks/results/``.
+"""``make results``: regenerate the results tables from ``benchmarks/results/``.
 
-The table sits between ``<!-- results:begin -->`` and ``<!-- results:end -->``
-in README.md. For each benchmark (in the order of ``ORDER`` below, then
-alphabetically) the newest saved run of each command line gives the rows, so
-a benchmark run in two modes shows both; a row whose ``key`` appears with a
-numeric ``value`` in several saved runs of that benchmark also shows the range
-over them. Nothing in the table is typed by hand.
+Each table sits between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->`` in its page:
+
+* README.md, ``headline``: the rows named in :data:`HEADLINE` (at most
+  :data:`MAX_HEADLINE`), in that order: what a reader of the front page needs;
+* docs/results.md, ``results``: every benchmark's rows. For each benchmark (in
+  the order of :data:`ORDER`, then alphabetically) the newest saved run of each
+  command line gives the rows, so a benchmark run in two modes shows both; a
+  row whose ``key`` appears with a numeric ``value`` in several saved runs of
+  that benchmark also shows the range over them;
+* docs/results.md, ``closed-loop``: every saved closed-loop run side by side, one
+  row per schedule, instance count, run and controller, from the run's own comparison.
+
+Nothing in a table is typed by hand.
 
     .venv/bin/python benchmarks/report.py [--check]
 
-``--check`` exits 1 when the README's table differs from what the files give.
+``--check`` exits 1 when a table differs from what the files give, naming it.
 """
 
 from __future__ import annotations
@@ -17,16 +24,34 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 README = ROOT / "README.md"
-BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+RESULTS_PAGE = ROOT / "docs" / "results.md"
 ORDER = ["closed_loop", "demo", "reaction", "steady", "faults", "soak", "trace_fidelity", "sessions",
          "simulator", "device_timeslice", "device_share", "device_util", "device_accuracy", "sdk",
          "reload_vs_shift", "footprint", "overhead", "reload_cost", "batch_curves", "loadgen"]
+
+HEADLINE: list[tuple[str, str]] = [
+    ("demo", "demo_device_vs_triton-default_x2"),
+    ("closed_loop", "device_rise-fall_2_reload"),
+    ("closed_loop", "device_step_1_reload"),
+    ("reaction", "step_decision_s"),
+    ("steady", "steady_switches_aggressive"),
+    ("faults", "faults_triton_killed_failed_by_sidecar"),
+    ("simulator", "fidelity_worst_p95_error_pct"),
+    ("footprint", "cpu_percent_of_one_core"),
+]
+"""The README's headline rows, in order: (benchmark, the row's ``key``, or its ``what``
+for a row without one). The newest saved run holding the row gives it, with its
+range over the runs as in the full table. To add a row, add its pair here and
+say in the commit which row it replaces if the list is full (CONTRIBUTING.md)."""
+MAX_HEADLINE = 8
+"""The front page shows at most this many rows; the rest are in docs/results.md."""
 
 
 def _rel(path: Path) -> str:
@@ -71,6 +96,14 @@ def _fmt(v: float) -> str:
     return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
 
 
+def _newest_by_command(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The newest run of each command line, newest first."""
+    newest: dict[str, dict[str, Any]] = {}
+    for doc in docs:
+        newest[doc.get("command", "")] = doc
+    return sorted(newest.values(), key=lambda d: d["date"], reverse=True)
+
+
 def _shown(docs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """(run, row) pairs to show for one benchmark, whose runs are sorted oldest first.
 
@@ -79,12 +112,9 @@ def _shown(docs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, A
     rows, newest first, and a row (by ``key``, else by ``what``) is shown once, from
     the newest run holding it.
     """
-    newest_by_command: dict[str, dict[str, Any]] = {}
-    for doc in docs:
-        newest_by_command[doc.get("command", "")] = doc
     out: list[tuple[dict[str, Any], dict[str, Any]]] = []
     seen: set[str] = set()
-    for doc in sorted(newest_by_command.values(), key=lambda d: d["date"], reverse=True):
+    for doc in _newest_by_command(docs):
         for r in doc["rows"]:
             ident = r.get("key") or r["what"]
             if ident not in seen:
@@ -93,50 +123,132 @@ def _shown(docs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, A
     return out
 
 
-def table(results: Path = RESULTS) -> str:
-    """The results table, in Markdown, from the saved runs under ``results``."""
+def _line(docs: list[dict[str, Any]], doc: dict[str, Any], r: dict[str, Any], page: Path) -> str:
+    """One table line: the row, its range over the benchmark's runs, the run it comes from."""
+    figure = r["figure"]
+    key = r.get("key")
+    if key is not None:
+        values = [x["value"] for d in docs for x in d["rows"]
+                  if x.get("key") == key and isinstance(x.get("value"), (int, float))]
+        if len(values) > 1:
+            low, high, unit = _fmt(min(values)), _fmt(max(values)), r.get("unit", "")
+            spread = f"{low}-{high}{unit}" if low != high else f"{low}{unit} in each"
+            of = f"{r['value_name']} " if r.get("value_name") else ""
+            figure += f" ({of}over {len(values)} runs: {spread})"
+    cell = figure.replace("|", "\\|")
+    link = Path("../" * (len(page.relative_to(ROOT).parts) - 1) + doc["_file"]).as_posix()
+    return f"| {r['what']} | {cell} | `{r['command']}` | [{doc['date'][:10]}]({link}) |"
+
+
+_HEADER = ["| what | figure | command | run |", "|---|---|---|---|"]
+
+
+def table(results: Path = RESULTS, page: Path = RESULTS_PAGE) -> str:
+    """Every benchmark's rows, in Markdown, from the saved runs under ``results``."""
     runs = _runs(results)
     names = sorted(runs, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n))
-    lines = ["| what | figure | command | run |", "|---|---|---|---|"]
+    lines = list(_HEADER)
     for name in names:
-        for doc, r in _shown(runs[name]):
-            figure = r["figure"]
-            key = r.get("key")
-            if key is not None:
-                values = [x["value"] for d in runs[name] for x in d["rows"]
-                          if x.get("key") == key and isinstance(x.get("value"), (int, float))]
-                if len(values) > 1:
-                    low, high, unit = _fmt(min(values)), _fmt(max(values)), r.get("unit", "")
-                    spread = f"{low}-{high}{unit}" if low != high else f"{low}{unit} in each"
-                    of = f"{r['value_name']} " if r.get("value_name") else ""
-                    figure += f" ({of}over {len(values)} runs: {spread})"
-            cell = figure.replace("|", "\\|")
-            run = f"[{doc['date'][:10]}]({doc['_file']})"
-            lines.append(f"| {r['what']} | {cell} | `{r['command']}` | {run} |")
+        lines += [_line(runs[name], doc, r, page) for doc, r in _shown(runs[name])]
     if len(lines) == 2:
         lines.append("| no saved runs yet | run `make bench`, then `make results` | | |")
     return "\n".join(lines)
 
 
+def headline(results: Path = RESULTS, page: Path = README) -> str:
+    """The rows of :data:`HEADLINE`, in its order."""
+    if len(HEADLINE) > MAX_HEADLINE:
+        sys.exit(f"benchmarks/report.py: HEADLINE has {len(HEADLINE)} rows: at most {MAX_HEADLINE}")
+    runs = _runs(results)
+    lines = list(_HEADER)
+    for name, ident in HEADLINE:
+        found = [(doc, r) for doc, r in _shown(runs.get(name, [])) if (r.get("key") or r["what"]) == ident]
+        if not found:
+            sys.exit(f"benchmarks/report.py: HEADLINE row ({name!r}, {ident!r}) is in no saved run "
+                     f"under {_rel(results)}/{name}/")
+        lines.append(_line(runs[name], *found[0], page))
+    return "\n".join(lines)
+
+
+def _share(x: Any) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _ratio(x: Any) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def closed_loop_table(results: Path = RESULTS, page: Path = RESULTS_PAGE) -> str:
+    """The closed-loop runs side by side: per schedule, instances and controller, the share
+    over the SLO and the device time per request against Triton's default and the best
+    static profile of the same run, the bound the run's own static phases allow, and the
+    low phases' p95."""
+    lines = ["| schedule | instances | controller | over the SLO: controller / default / best static "
+             "| device time vs the default: controller / best static | bound | low-phase p95 vs "
+             "the default | run |", "|---|---|---|---|---|---|---|---|"]
+    keyed = []
+    for doc in _runs(results).get("closed_loop", []):
+        for run in (doc.get("data") or {}).get("runs", []):
+            keyed.append(((run.get("instances", 0), run.get("schedule", ""), doc["date"]), doc, run))
+    for (instances, schedule, _), doc, run in sorted(keyed, key=lambda k: k[0]):
+        comp, modes = run.get("comparison") or {}, run.get("modes") or {}
+        default, best = modes.get("triton-default") or {}, comp.get("best_static")
+        static = modes.get(best) or {}
+        static_device = (static["device_ms"] / default["device_ms"]
+                         if static.get("device_ms") and default.get("device_ms") else None)
+        link = Path("../" * (len(page.relative_to(ROOT).parts) - 1) + doc["_file"]).as_posix()
+        for name, c in (comp.get("controllers") or {}).items():
+            bound = (c.get("device_bound") or {}).get("device_vs_default")
+            lines.append(
+                f"| {schedule} | {instances} | {name} | {_share(c.get('over_slo_share'))} / "
+                f"{_share(default.get('over_slo_share'))} / {_share(c.get('best_static_over_slo_share'))} "
+                f"({best}) | **{_ratio(c.get('device_vs_default'))}** / {_ratio(static_device)} | "
+                f"{_ratio(bound)} | {_ratio(c.get('low_p95_vs_default'))} | "
+                f"[{doc['date'][:10]}]({link}) |")
+    if len(lines) == 2:
+        lines.append("| no saved closed-loop runs yet | | | | | | | |")
+    return "\n".join(lines)
+
+
+BLOCKS: dict[Path, list[tuple[str, Callable[[], str]]]] = {
+    README: [("headline", headline)],
+    RESULTS_PAGE: [("results", table), ("closed-loop", closed_loop_table)],
+}
+"""Each page and the generated tables in it, by marker name."""
+
+
+def render(page: Path, text: str) -> str:
+    """``text`` with every generated table of ``page`` regenerated."""
+    for name, make in BLOCKS[page]:
+        begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+        if begin not in text or end not in text:
+            sys.exit(f"{_rel(page)}: no {begin} ... {end} markers")
+        head, rest = text.split(begin, 1)
+        _, tail = rest.split(end, 1)
+        text = f"{head}{begin}\n{make()}\n{end}{tail}"
+    return text
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="exit 1 if the README is out of date")
+    ap.add_argument("--check", action="store_true", help="exit 1 if a table is out of date")
     args = ap.parse_args()
-    text = README.read_text(encoding="utf-8")
-    if BEGIN not in text or END not in text:
-        sys.exit(f"{README}: no {BEGIN} ... {END} markers")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    new = f"{head}{BEGIN}\n{table()}\n{END}{tail}"
-    if args.check:
-        if new != text:
-            sys.exit("README.md's results table is out of date: run `make results`")
-        return
-    README.write_text(new, encoding="utf-8")
-    runs = _runs()
-    rows = sum(len(_shown(docs)) for docs in runs.values())
-    print(f"README.md results table: {rows} rows from {len(runs)} benchmarks in "
-          f"{RESULTS.relative_to(ROOT)}")
+    stale = []
+    for page in BLOCKS:
+        text = page.read_text(encoding="utf-8")
+        new = render(page, text)
+        if args.check:
+            if new != text:
+                stale.append(_rel(page))
+            continue
+        page.write_text(new, encoding="utf-8")
+    if stale:
+        sys.exit(f"results tables out of date in {', '.join(stale)}: run `make results`")
+    if not args.check:
+        runs = _runs()
+        rows = sum(len(_shown(docs)) for docs in runs.values())
+        print(f"README.md: {len(HEADLINE)} headline rows; docs/results.md: {rows} rows from "
+              f"{len(runs)} benchmarks in {_rel(RESULTS)}")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/run_all.py [--out out/bench]
 
 Each saves its run under benchmarks/results/ (then `make results` regenerates the
-README's table). They start their own Triton servers (and HAProxy) on free ports;
+results table). They start their own Triton servers (and HAProxy) on free ports;
 run them on a quiet machine, one at a time: every figure is a ratio measured side by side in
 one run, but the absolute numbers move with whatever else the two cores do.
 """
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-# (log name, script, arguments): the runs whose saved results make the README's table.
+# (log name, script, arguments): the runs whose saved results make the results table.
 BENCHMARKS = [
     ("batch_curves", "batch_curves", []),
     ("loadgen", "loadgen", ["--duration", "5"]),
@@ -37,7 +37,7 @@ BENCHMARKS = [
     # The emulated GPU (docs/shared-gpu.md).
     ("device_timeslice", "device_timeslice",
      ["--windows", "60", "--repeats", "3", "--duties", "1.0,0.75,0.5"]),
-    # The closed loop in parts, one schedule and instance count each (the README shows the
+    # The closed loop in parts, one schedule and instance count each (docs/results.md shows the
     # newest run of each command line, so these are the lines to re-run).
     *[(f"closed_loop-{s}-{n}", "closed_loop", ["--schedule", s, "--instances", str(n)])
       for n in (1, 2) for s in ("step", "bursty", "ramp", "rise-fall")],

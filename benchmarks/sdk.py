@@ -28,7 +28,7 @@ win. The emulator's default curve (4.69 ms at 1, 9.29 ms at 4, extrapolated)
 tops out near 2.9x at batch 32, below the 3x the issue asks to show.
 
 Each run is saved under benchmarks/results/sdk/ (record.save_result) for the
-README's table.
+results table.
 """
 
 from __future__ import annotations
@@ -298,7 +298,7 @@ def main() -> None:
 
 
 def _rows(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """The README's lines: what the SDK wins with 64 callers, and what it costs one caller."""
+    """The results table's lines: what the SDK wins with 64 callers, and what it costs one caller."""
     off, on, r = results["off"], results["on"], results["ratios"]
     limit = results["curve_limit_rps"]
     sdk64, plain64 = off["64"]["sdk"], off["64"]["plain"]

@@ -30,7 +30,7 @@ With ``--together`` the two processes of a round run at the same time (one per
 core), so a machine whose speed drifts within minutes slows both alike.
 
 Each run is saved under benchmarks/results/simulator/ (record.save_result) for the
-README's table: the speed row from every run, the fidelity row from ``--fidelity`` runs.
+results table: the speed row from every run, the fidelity row from ``--fidelity`` runs.
 """
 
 from __future__ import annotations
@@ -319,7 +319,7 @@ def main() -> None:
 
 
 def _rows(result: dict[str, Any], requests: int) -> list[dict[str, Any]]:
-    """The README's lines: seconds per 1 M requests by engine, and the error against Triton."""
+    """The results table's lines: seconds per 1 M requests by engine, and the error against Triton."""
     per_m = {(r["case"], r["engine"]): r["total_s"] * 1_000_000 / max(r["requests"], 1)
              for r in result["speed"] if r["engine"] != "sessions"}
     pays, one = list(dict.fromkeys(case for case, _ in per_m))[:2]  # the case where batching pays first

@@ -1,4 +1,4 @@
-"""benchmarks/report.py: the README's results table comes from the saved runs, and only from them."""
+"""benchmarks/report.py: the README's headline and docs/results.md come from the saved runs only."""
 
 from __future__ import annotations
 
@@ -105,12 +105,6 @@ def test_a_malformed_result_file_is_one_line_naming_it(tmp_path: Path, content: 
     assert "bad.json" in str(exc.value) and field in str(exc.value)
 
 
-def test_the_readme_table_is_what_the_saved_runs_give() -> None:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    inside = text.split(report.BEGIN, 1)[1].split(report.END, 1)[0]
-    assert inside.strip() == report.table().strip()
-
-
 def test_record_row_and_save_result_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     record = _module("record")
     monkeypatch.setattr(record, "RESULTS", tmp_path)
@@ -120,3 +114,72 @@ def test_record_row_and_save_result_round_trip(tmp_path: Path, monkeypatch: pyte
     assert doc["benchmark"] == "demo" and doc["rows"][0]["command"] == "python benchmarks/demo.py"
     assert doc["machine"]["cores"] and doc["data"] == {"x": 1}
     assert _body(report.table(tmp_path))[0].startswith("| what | fig |")
+
+
+def _block(page: Path, name: str) -> str:
+    text = page.read_text(encoding="utf-8")
+    return text.split(f"<!-- {name}:begin -->", 1)[1].split(f"<!-- {name}:end -->", 1)[0].strip()
+
+
+def test_the_results_page_is_what_the_saved_runs_give() -> None:
+    assert _block(report.RESULTS_PAGE, "results") == report.table().strip()
+    assert _block(report.RESULTS_PAGE, "closed-loop") == report.closed_loop_table().strip()
+
+
+def test_the_readme_headline_is_what_the_saved_runs_give() -> None:
+    body = _body(_block(report.README, "headline"))
+    assert body == _body(report.headline())
+    assert 1 <= len(body) <= report.MAX_HEADLINE == 8
+
+
+def test_a_stale_table_is_caught(tmp_path: Path) -> None:
+    text = report.README.read_text(encoding="utf-8")
+    row = _body(_block(report.README, "headline"))[0]
+    stale = text.replace(row, row.replace(" | ", " | 1.00x ", 1))
+    assert stale != text and report.render(report.README, stale) == text
+
+
+def test_headline_rows_come_in_the_declared_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _save(tmp_path, "loadgen", "2026-11-30T10:00:00Z", "python benchmarks/loadgen.py",
+          [{"what": "ceiling", "figure": "3000", "key": "grpc", "value": 3000},
+           {"what": "lag", "figure": "2 ms", "key": "lag", "value": 2}])
+    _save(tmp_path, "sdk", "2026-11-30T11:00:00Z", "python benchmarks/sdk.py",
+          [{"what": "sdk over plain", "figure": "12x"}])
+    monkeypatch.setattr(report, "HEADLINE", [("sdk", "sdk over plain"), ("loadgen", "grpc")])
+    body = _body(report.headline(tmp_path))
+    assert [line.split(" | ")[0] for line in body] == ["| sdk over plain", "| ceiling"]
+
+
+def test_a_headline_row_no_saved_run_holds_is_one_line_naming_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _save(tmp_path, "loadgen", "2026-11-30T10:00:00Z", "python benchmarks/loadgen.py",
+          [{"what": "ceiling", "figure": "3000", "key": "grpc", "value": 3000}])
+    monkeypatch.setattr(report, "HEADLINE", [("loadgen", "http")])
+    with pytest.raises(SystemExit) as exc:
+        report.headline(tmp_path)
+    assert "'loadgen'" in str(exc.value) and "'http'" in str(exc.value)
+
+
+def test_the_headline_holds_at_most_8_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert len(report.HEADLINE) <= report.MAX_HEADLINE
+    monkeypatch.setattr(report, "HEADLINE", [("loadgen", f"k{i}") for i in range(9)])
+    with pytest.raises(SystemExit) as exc:
+        report.headline(tmp_path)
+    assert "at most 8" in str(exc.value)
+
+
+def test_the_closed_loop_table_reads_each_runs_comparison(tmp_path: Path) -> None:
+    run = {"schedule": "step", "instances": 2,
+           "modes": {"triton-default": {"over_slo_share": 0.01, "device_ms": 8.0},
+                     "efficient": {"over_slo_share": 0.002, "device_ms": 6.0}},
+           "comparison": {"best_static": "efficient", "controllers": {"reload": {
+               "over_slo_share": 0.003, "best_static_over_slo_share": 0.002, "device_vs_default": 0.8,
+               "device_bound": {"device_vs_default": 0.75}, "low_p95_vs_default": 1.2}}}}
+    d = tmp_path / "closed_loop"
+    d.mkdir()
+    (d / "a.json").write_text(json.dumps({
+        "benchmark": "closed_loop", "date": "2026-11-30T10:00:00Z", "command": "c", "rows": [],
+        "data": {"runs": [run]}}), encoding="utf-8")
+    (line,) = _body(report.closed_loop_table(tmp_path))
+    assert line.startswith("| step | 2 | reload | 0.3% / 1.0% / 0.2% (efficient) | **0.80x** / 0.75x | "
+                           "0.75x | 1.20x |")
