@@ -13,8 +13,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 SRC = Path(__file__).resolve().parents[2] / "src" / "autobatch"
 
 FUNCTION_LINES = 100
@@ -111,9 +109,6 @@ def test_no_module_in_policy_is_over_650_lines() -> None:
     assert not long, f"policy/: over {MODULE_LINES} lines, split at a seam: {long}"
 
 
-# policy/forecast.py's docstring (40 lines) is the policy engineer's (issue 29) to shorten.
-# Strict: this fails the day policy/ meets the bar, and then the mark goes.
-@pytest.mark.xfail(strict=True, reason="issue 29: policy/forecast.py's docstring is 40 lines")
 def test_no_module_docstring_in_policy_is_over_30_lines() -> None:
     long = _too_long_docstrings(in_policy=True)
     assert not long, f"policy/: docstrings over {DOCSTRING_LINES} lines, move the detail to docs/: {long}"

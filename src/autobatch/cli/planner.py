@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -27,7 +28,7 @@ from autobatch.errors import ConfigError
 
 if TYPE_CHECKING:
     from autobatch.plan.planner import Plan
-    from autobatch.plan.simulator import ServiceModel, SimResult, Workload
+    from autobatch.plan.simulator import ServiceModel, SharedDevice, SimResult, Workload
     from autobatch.profiles import Profile
 
 
@@ -121,11 +122,10 @@ def simulate(
 ) -> None:
     """Simulate Triton's dynamic batcher on a batch curve: latency, throughput, batch sizes.
 
-    Workloads: Poisson (--rate), bursts (--rate --bursty 8), the phase schedule
-    of `autobatch load` (--schedule), recorded arrivals (--trace: a CSV or JSON-lines
-    trace, one `autobatch load --record-trace` wrote, or Triton's own trace file),
-    or live sessions (--sessions --fps --session-policy) that keep only their
-    latest frame. --rows gives multi-row requests to --rate and --schedule.
+    Workloads: Poisson (--rate), bursts (--rate --bursty 8), the phase schedule of `autobatch load`
+    (--schedule), recorded arrivals (--trace: a CSV or JSON-lines trace, one `autobatch load
+    --record-trace` wrote, or Triton's own trace file), or live sessions (--sessions --fps
+    --session-policy) that keep only their latest frame; --rows: multi-row requests.
 
     Example: autobatch simulate --curve curves/laptop-256x144-fp16.yaml
     --profile profiles/emulated_accelerator/aggressive.yaml --rate 300 --json
@@ -135,53 +135,85 @@ def simulate(
 
     Example: autobatch simulate --curve C --profile P --trace production.csv --json
 
-    A shared device (--cotenants FILE, --sharing, --quantum-ms; or a --schedule whose
-    phases give `cotenants: N`): the instances and the co-tenant jobs share one device,
-    and the result adds the device's busy share by tenant and each co-tenant's latency
-    and throughput.
+    A shared device (--cotenants FILE, --sharing, --quantum-ms; or a --schedule whose phases give
+    `cotenants: N`): the instances and the co-tenant jobs share one device, and the result adds
+    the device's busy share by tenant and each co-tenant's latency and throughput.
 
     Example: autobatch simulate --curve curves/t4-resnet50-fp16.yaml --rate 300
     --cotenants examples/cotenants/t4-two-jobs.yaml --instances 2 --sharing timeslice --quantum-ms 2
     """
-    from autobatch.plan.simulator import build_workload, load_shared_device
-    from autobatch.plan.simulator import simulate as run_simulation
-    from autobatch.traces import parse_rows
-
     check_seed(seed, "--seed")
     _at_least_0("--burst-gap-us", burst_gap_us, "microseconds")
     _refuse_ignored_options(duration=duration, schedule=schedule, trace=trace, profile=profile,
                             preferred=preferred, max_batch_size=max_batch_size, delay_us=delay_us,
-                            fps=fps, sessions=sessions, trace_model=trace_model)
+                            fps=fps, sessions=sessions, trace_model=trace_model,
+                            shared=cotenants is not None or sharing is not None)
     service = _service_model(curve, batch_overhead_ms, request_overhead_ms, fixed_latency_ms, noise_cv)
     _one_workload(rate, schedule, trace, sessions)
     duration = 60.0 if duration is None else duration
     max_batch_size = 32 if max_batch_size is None else max_batch_size
     if sessions is not None:
-        if cotenants is not None or sharing is not None:
-            raise ConfigError("--sessions does not go with --cotenants/--sharing: sessions are "
-                              "simulated with the device to the model")
         _simulate_sessions(service, sessions, fps, session_policy, duration, max_batch_size, seed,
                            json_output)
         return
     prof = _options_profile(profile, preferred, max_batch_size, delay_us)
-    work = build_workload(
-        rate_rps=rate, duration_s=duration if rate is not None else None, schedule=schedule,
+    work = _requests_workload(rate, duration if rate is not None else None, schedule, requests, bursty,
+                              trace, trace_model, rows, priority_mix, burst_gap_us, seed)
+    result = _simulate_on_device(prof, service, work, instances=instances, seed=seed, engine=engine,
+                                 device=_SharedOptions(cotenants, schedule, sharing, quantum_ms, switch_ms))
+    _print_simulation(prof, service, work, result, json_output)
+
+
+@dataclass(frozen=True)
+class _SharedOptions:
+    """The shared-device options of simulate and plan, as given."""
+
+    cotenants: Path | None
+    schedule: Path | None
+    sharing: str | None
+    quantum_ms: float | None
+    switch_ms: float | None
+
+    def load(self, *, placed: bool = False) -> SharedDevice | None:
+        from autobatch.plan.simulator import load_shared_device
+
+        return load_shared_device(cotenants=self.cotenants, schedule=self.schedule,
+                                  policy=self.sharing, quantum_ms=self.quantum_ms,
+                                  switch_ms=self.switch_ms, placed=placed)
+
+
+def _requests_workload(rate: float | None, duration_s: float | None, schedule: Path | None,
+                       requests: int | None, bursty: int, trace: Path | None,
+                       trace_model: str | None, rows: str | None, priority_mix: str | None,
+                       burst_gap_us: float, seed: int) -> Workload:
+    """The arrivals of --rate, --schedule or --trace, with their rows and priorities."""
+    from autobatch.plan.simulator import build_workload
+    from autobatch.traces import parse_rows
+
+    return build_workload(
+        rate_rps=rate, duration_s=duration_s, schedule=schedule,
         requests=requests, burst_size=bursty, trace=trace, trace_model=trace_model,
         rows=parse_rows(rows) if rows is not None else None,
         priority_mix=_priority_mix(priority_mix), burst_gap_s=burst_gap_us / 1e6, seed=seed,
     )
-    device = load_shared_device(cotenants=cotenants, schedule=schedule, policy=sharing,
-                                quantum_ms=quantum_ms, switch_ms=switch_ms, placed=True)
-    result = run_simulation(prof, service, work, instances=instances, seed=seed, engine=engine,
-                            sharing=None if device is None else device.sharing,
-                            cotenants=() if device is None else device.cotenants)
-    _print_simulation(prof, service, work, result, json_output)
+
+
+def _simulate_on_device(prof: Profile, service: ServiceModel, work: Workload, *,
+                        instances: int | None, seed: int, engine: str,
+                        device: _SharedOptions) -> SimResult:
+    """``work`` under ``prof``; on a shared device when the options give one."""
+    from autobatch.plan.simulator import simulate as run_simulation
+
+    shared = device.load(placed=True)
+    return run_simulation(prof, service, work, instances=instances, seed=seed, engine=engine,
+                          sharing=None if shared is None else shared.sharing,
+                          cotenants=() if shared is None else shared.cotenants)
 
 
 def _refuse_ignored_options(
     *, duration: float | None, schedule: Path | None, trace: Path | None, profile: Path | None,
     preferred: str, max_batch_size: int | None, delay_us: int | None, fps: float | None,
-    sessions: int | None, trace_model: str | None,
+    sessions: int | None, trace_model: str | None, shared: bool = False,
 ) -> None:
     """Options the chosen workload or profile would silently ignore: one line naming both."""
     for option, on, other, given, why in (
@@ -193,6 +225,8 @@ def _refuse_ignored_options(
         ("--max-batch-size", max_batch_size is not None, "--profile", profile is not None,
          "the profile file sets it"),
         ("--delay-us", delay_us is not None, "--profile", profile is not None, "the profile file sets it"),
+        ("--sessions", sessions is not None, "--cotenants/--sharing", shared,
+         "sessions are simulated with the device to the model"),
     ):
         if on and given:
             raise ConfigError(f"{option} does not go with {other}: {why}")
@@ -346,7 +380,6 @@ def plan(
     from autobatch.cli.views import plot_file, plot_plan
     from autobatch.curve import load_curve
     from autobatch.plan.planner import make_plan
-    from autobatch.plan.simulator import load_shared_device
     from autobatch.profiles import load_profiles
     from autobatch.profiles import write_profiles as write_profile_files
     from autobatch.schedule import load_schedule
@@ -355,29 +388,16 @@ def plan(
     _at_least_0("--network-ms", network_ms, "milliseconds")
     if plot is not None:
         plot_file(plot, field="--plot")  # before the planning runs and any profile is written
-    device = load_shared_device(cotenants=cotenants, schedule=schedule, policy=sharing,
-                                quantum_ms=quantum_ms, switch_ms=switch_ms)
+    device = _SharedOptions(cotenants, schedule, sharing, quantum_ms, switch_ms).load()
     result = make_plan(
-        load_curve(curve),
-        slo_p99_ms,
-        network_ms,
-        rate_rps=rate,
-        sessions=sessions,
-        fps=fps,
-        max_batch_size=max_batch_size,
-        margin_frac=margin,
-        instances=instances,
-        model=model,
-        allow_extrapolation=allow_extrapolation,
-        batch_overhead_ms=batch_overhead_ms,
-        request_overhead_ms=request_overhead_ms,
-        seed=seed,
+        load_curve(curve), slo_p99_ms, network_ms, rate_rps=rate, sessions=sessions, fps=fps,
+        max_batch_size=max_batch_size, margin_frac=margin, instances=instances, model=model,
+        allow_extrapolation=allow_extrapolation, batch_overhead_ms=batch_overhead_ms,
+        request_overhead_ms=request_overhead_ms, seed=seed,
         schedule=load_schedule(schedule) if schedule is not None else None,
         schedule_label=str(schedule) if schedule is not None else None,
         ladder=list(load_profiles(ladder).values()) if ladder is not None else None,
-        reaction_s=reaction_s,
-        priority_mix=_priority_mix(priority_mix),
-        device=device,
+        reaction_s=reaction_s, priority_mix=_priority_mix(priority_mix), device=device,
     )
     written = (
         write_profile_files(result.profile_documents(), write_profiles, force=force)
