@@ -53,3 +53,19 @@ def test_no_paragraph_of_the_readme_runs_over_8_lines() -> None:
     long = [f"line {start}: {len(lines)} lines" for start, lines in
             paragraphs(README.read_text(encoding="utf-8")) if len(lines) > MAX_PARAGRAPH_LINES]
     assert not long, f"README.md paragraphs over {MAX_PARAGRAPH_LINES} lines: {long}"
+
+
+def test_the_readme_reads_in_the_front_page_order() -> None:
+    """What it does and for whom (before any heading), the two commands, the quick start on
+    your own model, the generated headline table, the tour: in that order (issue 29)."""
+    lines = README.read_text(encoding="utf-8").splitlines()
+    headings = [line for line in lines if line.startswith("## ")]
+    assert headings[:4] == ["## Try it", "## Quick start on your own model", "## Results",
+                            "## A tour of the three parts"], headings
+    first = lines.index(headings[0])
+    assert any(line.startswith("autobatch keeps") for line in lines[:first]), "no opening paragraph"
+    results = lines.index("## Results")
+    assert lines.index("<!-- headline:begin -->") > results
+    assert lines.index("<!-- headline:end -->") < lines.index(headings[3])
+    quick = "\n".join(lines[lines.index(headings[1]):results])
+    assert quick.index("autobatch plan --curve") < quick.index("autobatch run --config")
