@@ -187,6 +187,35 @@ async def test_drive_records_every_arrival() -> None:
     assert [r.phase for r in records] == ["a"] * 10 + ["b"] * 20
 
 
+class StampingSender(Sender):
+    """Remembers the event loop's clock at each send."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent_at: list[float] = []
+
+    async def infer(self) -> None:
+        self.sent_at.append(asyncio.get_running_loop().time())
+        await super().infer()
+
+
+async def test_a_start_instant_is_time_0_so_generators_in_other_processes_send_together() -> None:
+    schedule = Schedule.constant(100, 0.1)
+    start = asyncio.get_running_loop().time() + 0.15
+    sender = StampingSender()
+    records, _, _ = await drive(sender, schedule, seed=2, start_at=start)
+    assert len(records) == 10 and min(sender.sent_at) >= start
+    # each request's offset is measured from that instant, not from when drive was called
+    assert all(r.sent_s is not None and r.sent_s >= r.scheduled_s - 1e-9 for r in records)
+
+
+async def test_a_start_instant_already_past_keeps_time_0_there_and_the_lateness_shows() -> None:
+    start = asyncio.get_running_loop().time() - 0.05
+    records, _, _ = await drive(Sender(), Schedule.constant(100, 0.1), seed=2, start_at=start)
+    assert min(r.lag_ms for r in records if r.lag_ms is not None) >= 0.0
+    assert max(r.lag_ms for r in records if r.lag_ms is not None) >= 20.0  # the first ones went late
+
+
 async def test_requests_still_running_after_the_drain_are_unfinished() -> None:
     records, _, elapsed_s = await drive(Sender(hang=True), Schedule.constant(50, 0.2), drain_s=0.05)
     assert len(records) == 10

@@ -179,13 +179,19 @@ class _Run:
         else:
             self.finish(k, sent_s, (loop.time() - sent) * 1000.0, OK, None)
 
-    async def run(self, drain_s: float, stop: StopFlag | None) -> tuple[float | None, float]:
+    async def run(self, drain_s: float, stop: StopFlag | None,
+                  start_at: float | None = None) -> tuple[float | None, float]:
         """Dispatch and drain; returns (where in the schedule a stop ended it, elapsed s)."""
         loop = self.loop
         t_s = self.t_s
         n = len(t_s)
         tasks: set[asyncio.Task[None]] = set()
-        self.t0 = t0 = loop.time()
+        if start_at is not None:
+            while loop.time() < start_at and not (stop is not None and stop.is_set()):
+                await asyncio.sleep(min(start_at - loop.time(), _IDLE_SLICE_S))
+        # A given start is time 0 even when the set-up overran it: runs started together
+        # stay aligned, and the lateness shows as send lag.
+        self.t0 = t0 = loop.time() if start_at is None else start_at
         hard_end = t0 + self.schedule.duration_s + drain_s
         stopped_at: float | None = None
         i = 0
@@ -310,6 +316,7 @@ async def drive(
     on_record: OnRecord | None = None,
     stop: StopFlag | None = None,
     trace: ArrivalTrace | None = None,
+    start_at: float | None = None,
 ) -> tuple[tuple[RequestRecord, ...], float | None, float]:
     """The open-loop core, on any sender: ``(records, stopped_at_s, elapsed_s)``.
 
@@ -318,9 +325,11 @@ async def drive(
     tests and embedders can hand it their own sender. With ``trace``, its
     arrivals are sent instead of ``schedule``'s (then :func:`trace_schedule`),
     and a multi-row or prioritised trace calls ``sender.infer(rows=, priority=)``.
+    ``start_at`` (the event loop's clock, ``time.monotonic``): the instant the schedule's
+    time 0 falls on, so runs in several processes send the same trace together.
     """
     run = _Run(sender, schedule, seed, on_record, trace)
-    stopped_at, elapsed_s = await run.run(drain_s, stop)
+    stopped_at, elapsed_s = await run.run(drain_s, stop, start_at)
     if run.callback_error is not None:
         raise run.callback_error
     return run.done_records(), stopped_at, elapsed_s
@@ -377,6 +386,7 @@ async def run_load_async(
     stop: StopFlag | None = None,
     limits: BehindLimits = BehindLimits(),
     record_trace: str | Path | None = None,
+    start_at: float | None = None,
 ) -> LoadReport:
     """Drive ``model`` at ``url`` open-loop through ``schedule``; see :func:`run_load`."""
     drain_s = _check_args(schedule, protocol, timeout_s, drain_s, batch_size)
@@ -396,7 +406,7 @@ async def run_load_async(
                 _check_trace_fits(trace, model, transport.max_batch_size)
             records, stopped_at, elapsed_s = await drive(
                 transport, plan, seed=seed, drain_s=drain_s, on_record=on_record, stop=stop,
-                trace=trace,
+                trace=trace, start_at=start_at,
             )
         finally:
             await transport.close()
@@ -443,6 +453,7 @@ def run_load(
     stop: StopFlag | None = None,
     limits: BehindLimits = BehindLimits(),
     record_trace: str | Path | None = None,
+    start_at: float | None = None,
 ) -> LoadReport:
     """Drive ``model`` at ``url`` (``host:port``) open-loop through ``schedule``.
 
@@ -469,6 +480,8 @@ def run_load(
         record_trace: write what was sent (each request's send time, rows and
             priority) as a trace file here (``.csv`` or ``.jsonl``), for
             ``autobatch simulate --trace`` or another ``load --trace``.
+        start_at: the ``time.monotonic()`` instant of the schedule's time 0 (the set-up
+            runs before it); several generators given one send one trace together.
 
     ``schedule`` may be an :class:`~autobatch.traces.ArrivalTrace` instead: its
     requests go out at its times with its rows and priorities (the report has
@@ -493,5 +506,6 @@ def run_load(
             stop=stop,
             limits=limits,
             record_trace=record_trace,
+            start_at=start_at,
         )
     )
