@@ -1,0 +1,124 @@
+"""The side-by-side verdicts (autobatch.lab.compare): oracle, targets, losers, reaction, spread."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from autobatch.lab.compare import (
+    best_shares,
+    controller_verdict,
+    oracle,
+    reactions,
+    single_static,
+    spread,
+)
+
+
+def ph(name: str, requests: int, over: float, dev: float | None) -> dict[str, Any]:
+    return {"name": name, "requests": requests, "over_slo_share": over, "p95_ms": 30.0, "device_ms": dev}
+
+
+def run(*phases: tuple[int, float, float | None]) -> dict[str, Any]:
+    names = ["low", "shared", "low-again", "idle"]
+    ps = [ph(names[i], *p) for i, p in enumerate(phases)]
+    n = sum(p["requests"] for p in ps if p["device_ms"] is not None)
+    dev = sum(p["requests"] * p["device_ms"] for p in ps if p["device_ms"] is not None) / n
+    return {"phases": ps, "device_ms": dev}
+
+
+# low 30 s at 100 req, co-tenants 30 s (the waiting profile breaches), low again 30 s
+DEFAULT = run((100, 0.0, 12.0), (100, 0.02, 12.0), (100, 0.0, 12.0))
+WAITING = run((100, 0.0, 2.0), (100, 0.40, 2.0), (100, 0.0, 2.0))
+MIDDLE = run((100, 0.0, 4.0), (100, 0.025, 4.0), (100, 0.0, 4.0))
+STATICS = {"triton-default": DEFAULT, "waiting": WAITING, "middle": MIDDLE}
+DURATIONS = [30.0, 30.0, 30.0]
+
+
+def test_best_share_per_phase_and_idle_phases() -> None:
+    idle = {"a": [ph("x", 10, 0.1, 1.0), ph("idle", 0, 0.0, None)],
+            "b": [ph("x", 10, 0.05, 2.0), ph("idle", 0, 0.0, None)]}
+    assert best_shares(idle) == [0.05, None]
+
+
+@pytest.mark.parametrize(
+    ("react_s", "device", "over"),
+    [
+        # at once: waiting, middle (within a point of the default's 2%), waiting: (200 + 400 + 200) / 300
+        (0.0, 8 / 3, 0.025 / 3),
+        # 3 s into each 30 s phase: a tenth of the shared phase still on waiting (40% over),
+        # a tenth of the low-again phase still on middle
+        (3.0, (200 + 0.1 * 200 + 0.9 * 400 + 0.1 * 400 + 0.9 * 200) / 300, (0.1 * 0.40 + 0.9 * 0.025) / 3),
+        # slower than a phase: the previous choice throughout it
+        (60.0, (200 + 200 + 400) / 300, 0.40 / 3),
+    ],
+)
+def test_the_oracle_is_the_cheapest_profile_near_the_best_per_phase_after_its_reaction(
+    react_s: float, device: float, over: float
+) -> None:
+    got = oracle({m: r["phases"] for m, r in STATICS.items()}, DURATIONS, react_s)
+    assert got is not None
+    assert got.profiles == ("waiting", "middle", "waiting")
+    assert got.device_ms == pytest.approx(device)
+    assert got.over_slo_share == pytest.approx(over)
+    assert got.instant_device_ms == pytest.approx(8 / 3)
+
+
+def test_the_oracle_carries_its_choice_over_an_idle_phase_and_needs_device_times() -> None:
+    a = [ph("a", 100, 0.0, 2.0), ph("idle", 0, 0.0, None), ph("b", 100, 0.0, 2.0)]
+    b = [ph("a", 100, 0.0, 3.0), ph("idle", 0, 0.0, None), ph("b", 100, 0.0, 1.0)]
+    got = oracle({"a": a, "b": b}, [10.0, 5.0, 10.0], 5.0)
+    assert got is not None and got.profiles == ("a", None, "b")
+    assert got.device_ms == pytest.approx((200 + 0.5 * 200 + 0.5 * 100) / 200)
+    assert oracle({"a": [ph("a", 100, 0.0, None)]}, [10.0]) is None
+
+
+def test_a_controller_that_follows_the_device_beats_every_static_profile() -> None:
+    ctrl = run((100, 0.0, 2.2), (100, 0.03, 11.0), (100, 0.0, 2.5))
+    v = controller_verdict("reload", ctrl, STATICS, DEFAULT, DURATIONS, react_s=3.0)
+    assert v.excess_points == pytest.approx((0.0, 1.0, 0.0))
+    assert v.worst_phase == "shared" and v.slo_met  # within 3 points by reload
+    assert v.losers == {"triton-default": "device", "waiting": "slo", "middle": None}
+    assert not v.every_static_loses  # middle: as good on the SLO and cheaper
+    assert v.device_vs_default == pytest.approx(ctrl["device_ms"] / 12.0)
+    assert v.device_default_met  # 0.43x
+    assert v.device_vs_oracle is not None and v.device_vs_oracle > 1.1 and not v.device_oracle_met
+    gateway = controller_verdict("gateway", ctrl, STATICS, DEFAULT, DURATIONS, react_s=1.0)
+    assert gateway.target_points == 1.0 and gateway.slo_met  # exactly 1 point: met
+
+
+def test_a_controller_over_the_slo_target_misses_it_and_every_static_losing_is_said() -> None:
+    ctrl = run((100, 0.0, 2.0), (100, 0.06, 3.0), (100, 0.0, 2.0))
+    statics = {"triton-default": DEFAULT, "waiting": WAITING}
+    v = controller_verdict("gateway", ctrl, statics, DEFAULT, DURATIONS, react_s=1.0)
+    assert v.worst_excess_points == pytest.approx(4.0) and v.slo_met is False
+    assert v.losers == {"triton-default": "device", "waiting": "slo"} and v.every_static_loses
+    d = v.to_dict()
+    assert d["every_static_loses"] is True
+    assert d["oracle"]["profiles"] == ["waiting", "triton-default", "waiting"]
+
+
+def test_a_single_static_profile_is_the_answer_when_switching_saves_little() -> None:
+    calm = run((100, 0.0, 2.0), (100, 0.0, 2.1), (100, 0.0, 2.0))
+    assert single_static({"triton-default": DEFAULT, "calm": calm}, DURATIONS) == "calm"
+    assert single_static(STATICS, DURATIONS) is None  # waiting breaches the shared phase
+
+
+def test_reaction_from_each_arrival_to_the_first_switch_after_it() -> None:
+    decisions = [
+        {"t_s": 5.0, "action": "switch", "reason": "efficiency", "target": "waiting"},
+        {"t_s": 31.0, "action": "hold", "reason": "confirming", "target": "waiting"},
+        {"t_s": 32.0, "action": "switch", "reason": "slo_breach", "target": "triton-default"},
+        {"t_s": 95.0, "action": "switch", "reason": "efficiency", "target": "waiting"},
+    ]
+    got = reactions(decisions, [30.0, 60.0], end_s=90.0, interval_s=1.0)
+    got_ = [(r.decision_s, r.windows, r.reason) for r in got]
+    assert got_ == [(2.0, 2.0, "slo_breach"), (None, None, None)]
+
+
+def test_spread_is_max_minus_min_and_the_median_of_what_exists() -> None:
+    s = spread([0.62, None, 0.65, 0.60])
+    assert s is not None and s.median == pytest.approx(0.62) and s.spread == pytest.approx(0.05)
+    assert s.to_dict()["runs"] == 3
+    assert spread([None]) is None
