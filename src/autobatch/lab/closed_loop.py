@@ -175,6 +175,10 @@ class SidecarProcess:
     def stop(self) -> None:
         self._proc.stop()
 
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid
+
     def __enter__(self) -> SidecarProcess:
         return self.start()
 

@@ -29,6 +29,7 @@ import socket
 import sys
 import sysconfig
 import tempfile
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,6 +105,8 @@ after. The kernel may offer a released port again (CI's demo run got Triton's HT
 port for the sidecar, which then could not listen), so a port is handed out once."""
 
 FREE_PORT_TRIES = 1000
+_HANDING_OUT = threading.Lock()
+"""Threads that start servers side by side (the side-by-side harness) ask at once."""
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -112,9 +115,10 @@ def free_port(host: str = "127.0.0.1") -> int:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind((host, 0))
             port = int(s.getsockname()[1])
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
+        with _HANDING_OUT:
+            if port not in _HANDED_OUT:
+                _HANDED_OUT.add(port)
+                return port
     raise ServeError(f"{host}: no free port that this process was not given already "
                      f"in {FREE_PORT_TRIES} tries")
 

@@ -1,0 +1,294 @@
+"""Run a side-by-side comparison: every mode at the same time, each on its own emulated GPU, fed
+the same arrival trace, repeated; the verdicts from :mod:`autobatch.lab.compare`.
+
+A group of modes (:func:`~autobatch.lab.sidebyside.layout.group_modes`) runs at
+once: each mode's servers start (:class:`~.stack.ModeStack`), the controllers'
+sidecars start, then one worker process per mode (:mod:`.worker`) sends the
+trace from one instant on the machine's monotonic clock. Groups that do not fit
+on the cores together run one after another, each with Triton's default in it,
+so every ratio to the default is taken at one time. Each repeat runs every
+group, in a rotated order. What the CPU did meanwhile (the processes' CPU
+time, the device's lateness, the generators' send lag) is kept beside the
+figures: the evidence that the modes did not slow one another.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autobatch.cotenants import CoTenant
+from autobatch.lab.compare import controller_verdict, reactions, single_static, spread
+from autobatch.lab.process import ManagedProcess, group_members, poll_until
+from autobatch.lab.sidebyside.layout import (
+    BASELINE,
+    LEAD_IN,
+    ModeSpec,
+    cotenant_to_dict,
+    group_modes,
+    placed_cotenants,
+    with_lead_in,
+)
+from autobatch.lab.sidebyside.stack import ModeStack, StackSetup
+from autobatch.lab.sidebyside.worker import WorkerSpec
+from autobatch.schedule import Schedule
+
+__all__ = ["Comparison", "arrivals_s", "decisions_from_log", "run_comparison", "verdicts", "whole_run"]
+
+START_MARGIN_S = 8.0
+"""How far ahead the shared start is set, for every worker's set-up (connect, warm-up)."""
+REACT_FALLBACK_S = {"gateway": 2.0, "reload": 5.0}
+"""The oracle's reaction when a controller made no switch to measure one from."""
+HZ = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One schedule, compared side by side."""
+
+    name: str
+    schedule: Schedule
+    setup: StackSetup
+    modes: tuple[ModeSpec, ...]
+    slo_p95_ms: float
+    cotenants: tuple[CoTenant, ...] = ()
+    seed: int = 0
+    repeats: int = 3
+    group_size: int = 3
+    lead_in_s: float = 60.0
+    interval_s: float = 1.0
+    """The controllers' window, for the reaction in windows."""
+    keep: Path | None = None
+    """Keep each mode's servers' logs and decision logs here."""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+Event = Callable[[str], None]
+
+
+def _cpu_s(pids: Sequence[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            continue
+    return total / HZ
+
+
+def _pids(stacks: Mapping[str, ModeStack], workers: Mapping[str, ManagedProcess]) -> dict[str, list[int]]:
+    """Our processes by kind: what the CPU time of a run is summed over."""
+    out: dict[str, list[int]] = {"device": [], "triton": [], "haproxy": [], "load": [], "sidecar": []}
+    for name, s in stacks.items():
+        out["device"] += [s.device.pid] if s.device.pid else []
+        out["triton"] += group_members(s.triton.pid) if s.triton.pid else []
+        out["load"] += [workers[name].pid] if workers[name].pid else []
+        if s.mode.controller and s.sidecar_pid:
+            out["sidecar"] += group_members(s.sidecar_pid)
+    for s in stacks.values():
+        out["haproxy"] += [s.haproxy_pid] if s.haproxy_pid else []
+    return out
+
+
+def _spec(cmp: Comparison, stack: ModeStack, schedule: Schedule, jobs: Sequence[CoTenant],
+          start_at: float) -> WorkerSpec:
+    return WorkerSpec(
+        mode=stack.mode.name, url=stack.url, model=cmp.setup.model, schedule=schedule.to_dict(),
+        seed=cmp.seed, start_at=start_at, slo_p95_ms=cmp.slo_p95_ms, device_address=stack.device.address,
+        device_metrics_url=stack.device.metrics_url, model_prefixes=stack.contexts_prefixes,
+        triton_http=stack.triton.urls.http, models=stack.models,
+        cotenants=[cotenant_to_dict(j) for j in jobs], sidecar_url=stack.sidecar_url)
+
+
+def _start_stacks(cmp: Comparison, group: Sequence[ModeSpec], workdir: Path,
+                  stack: contextlib.ExitStack) -> dict[str, ModeStack]:
+    """Every mode's servers, then its sidecar, started side by side (most of a start is waiting
+    for a server to answer); each mode's own exit stack is closed with ``stack``."""
+    own = {m.name: stack.enter_context(contextlib.ExitStack()) for m in group}
+
+    def start(m: ModeSpec) -> ModeStack:
+        s = ModeStack(m, cmp.setup, workdir / m.name, own[m.name])
+        s.start_sidecar(own[m.name])
+        return s
+
+    with ThreadPoolExecutor(max_workers=len(group)) as pool:
+        futures = {m.name: pool.submit(start, m) for m in group}
+    return {name: f.result() for name, f in futures.items()}
+
+
+Tick = Callable[[float, Mapping[str, ModeStack]], None]
+
+
+def run_group(cmp: Comparison, group: Sequence[ModeSpec], workdir: Path,
+              event: Event = lambda _: None, tick: Tick | None = None) -> dict[str, Any]:
+    """Run ``group``'s modes at once; their results by mode, and the CPU they used. ``tick`` is
+    called about once a second while they run (seconds into the schedule, the modes' servers)."""
+    schedule = with_lead_in(cmp.schedule, cmp.lead_in_s)
+    jobs = placed_cotenants(cmp.cotenants, schedule, cmp.lead_in_s)
+    with contextlib.ExitStack() as stack:
+        names = ", ".join(m.name for m in group)
+        event(f"starting {len(group)} modes' devices, Tritons and HAProxies: {names}")
+        stacks = _start_stacks(cmp, group, workdir, stack)
+        start_at = time.monotonic() + START_MARGIN_S + 0.5 * len(group)
+        workers: dict[str, ManagedProcess] = {}
+        for name, s in stacks.items():
+            spec_path = workdir / name / "worker.json"
+            spec_path.write_text(_spec(cmp, s, schedule, jobs, start_at).to_json(), encoding="utf-8")
+            w = ManagedProcess(f"mode worker {name}", workdir / name / "worker.log")
+            w.start([sys.executable, "-m", "autobatch.lab.sidebyside", str(spec_path),
+                     str(workdir / name / "result.json")])
+            stack.callback(w.stop)
+            workers[name] = w
+        event(f"running {schedule.duration_s:.0f} s ({cmp.lead_in_s:g} s of it the unmeasured lead-in)")
+        time.sleep(max(0.0, start_at - time.monotonic()))
+        pids = _pids(stacks, workers)
+        cpu0, wall0, load0 = {k: _cpu_s(v) for k, v in pids.items()}, time.monotonic(), os.getloadavg()
+
+        def ended() -> bool:
+            if tick is not None:
+                tick(time.monotonic() - start_at, stacks)
+            return not any(w.running() for w in workers.values())
+
+        # The schedule, a drain of the generators' timeout, and room for a loaded machine.
+        poll_until(ended, timeout_s=schedule.duration_s + 90.0, interval_s=1.0,
+                   what=f"the modes' runs ({', '.join(workers)}) to end")
+        wall = time.monotonic() - wall0
+        cpu = {k: round((_cpu_s(v) - cpu0[k]) / wall, 3) for k, v in pids.items()}
+        results, logs = {}, {}
+        for name, w in workers.items():
+            status = w.exit_status()
+            if status and status != "exited with code 0":
+                raise RuntimeError(f"mode {name}'s worker {status}: {w.log_tail(15)}")
+            results[name] = json.loads((workdir / name / "result.json").read_text(encoding="utf-8"))
+            log = stacks[name].decision_log
+            results[name]["decisions"] = decisions_from_log(log, results[name]["t0_wall"]) if log else []
+            if log is not None and log.is_file():
+                logs[name] = log.read_bytes()
+    cpu["ours"] = round(sum(cpu.values()), 3)
+    return {"modes": results, "logs": logs, "cpu_cores": cpu, "wall_s": round(wall, 1),
+            "load_average": [round(x, 2) for x in os.getloadavg()], "load_average_start": list(load0)}
+
+
+def decisions_from_log(path: Path, t0_wall: float) -> list[dict[str, Any]]:
+    """Each decision of a sidecar's log on the run's clock (seconds from the schedule's start),
+    with the actuation of a switch."""
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        d = row["decision"]
+        a = row.get("actuation") or {}
+        out.append({"t_s": round(d["at_s"] - t0_wall, 3), "action": d["action"], "reason": d["reason"],
+                    "target": d.get("target"), "ok": a.get("ok"), "duration_s": a.get("duration_s")})
+    return out
+
+
+def whole_run(result: Mapping[str, Any]) -> dict[str, Any]:
+    """A mode's measured phases (the lead-in dropped) and its figures over them."""
+    phases = [p for p in result["phases"] if p.get("measured", True)]
+    items = sum(p["device_items"] for p in phases)
+    busy = sum(p["device_busy_ms"] for p in phases)
+    n = sum(p["requests"] for p in phases)
+    return {"phases": phases, "device_ms": round(busy / items, 4) if items else None,
+            "over_slo_share": round(sum(p["over_slo"] for p in phases) / n, 5) if n else 0.0,
+            "failed": sum(sum(p["failures"].values()) for p in phases)}
+
+
+def arrivals_s(jobs: Sequence[CoTenant]) -> list[float]:
+    """When a co-tenant arrives (a window of a job opens after the start), on the run's clock."""
+    return sorted({a for j in jobs for a, _ in j.windows if a > 0})
+
+
+def _react_s(decisions: Sequence[Mapping[str, Any]], starts: Sequence[float], mode: str) -> float:
+    """The controller's measured reaction: median seconds from the start of a phase to the end
+    of a switch made in it (its actuation included)."""
+    got = []
+    for d in decisions:
+        if d["action"] != "switch" or not d.get("ok"):
+            continue
+        start = max((s for s in starts if s <= d["t_s"]), default=None)
+        if start is not None:
+            got.append(d["t_s"] - start + (d.get("duration_s") or 0.0))
+    return statistics.median(got) if got else REACT_FALLBACK_S.get(mode, 2.0)
+
+
+def verdicts(cmp: Comparison, groups: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One repeat's verdicts: each controller against the statics, the oracle and its group's
+    default; whether one static profile is the answer; the reaction to each arrival."""
+    schedule = with_lead_in(cmp.schedule, cmp.lead_in_s)
+    jobs = placed_cotenants(cmp.cotenants, schedule, cmp.lead_in_s)
+    durations = [p.duration_s for p in cmp.schedule.phases]
+    statics: dict[str, Any] = {}
+    for g in groups:  # the default of the last group with it: beside the other statics
+        for name, r in g["modes"].items():
+            if name not in ("reload", "gateway"):
+                statics[name] = whole_run(r)
+    out: dict[str, Any] = {"single_static": single_static(statics, durations), "controllers": {},
+                           "statics": {m: {"device_ms": r["device_ms"], "over_slo_share": r["over_slo_share"]}
+                                       for m, r in statics.items()}}
+    measured_starts = [s for s, p in zip(schedule.starts_s, schedule.phases, strict=True)
+                       if p.name != LEAD_IN]
+    for g in groups:
+        default = whole_run(g["modes"][BASELINE])
+        for name, r in g["modes"].items():
+            if name not in ("reload", "gateway"):
+                continue
+            react = _react_s(r["decisions"], measured_starts, name)
+            v = controller_verdict(name, whole_run(r), statics, default, durations, react)
+            out["controllers"][name] = {
+                **v.to_dict(), "react_s": round(react, 2), "group_default_device_ms": default["device_ms"],
+                "reactions": [x.to_dict() for x in reactions(r["decisions"], arrivals_s(jobs),
+                                                             schedule.duration_s, cmp.interval_s)],
+            }
+    return out
+
+
+def summary(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The median and spread over the repeats of each controller's figures."""
+    out: dict[str, Any] = {}
+    names = sorted({c for r in runs for c in r["verdicts"]["controllers"]})
+    for c in names:
+        vs = [r["verdicts"]["controllers"].get(c) for r in runs]
+        vs = [v for v in vs if v is not None]
+        out[c] = {k: None if (s := spread([v[k] for v in vs])) is None else s.to_dict()
+                  for k in ("device_vs_default", "device_vs_oracle", "worst_excess_points", "device_ms")}
+        out[c]["every_static_loses"] = [v["every_static_loses"] for v in vs]
+    out["single_static"] = [r["verdicts"]["single_static"] for r in runs]
+    return out
+
+
+def run_comparison(cmp: Comparison, event: Event = lambda _: None) -> dict[str, Any]:
+    """Every repeat of every group; the figures, the verdicts per repeat and their summary."""
+    groups = group_modes(cmp.modes, cmp.group_size)
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="ab-sbs-") as tmp:
+        base = cmp.keep or Path(tmp)
+        for r in range(cmp.repeats):
+            order = groups[r % len(groups):] + groups[:r % len(groups)]
+            done = []
+            for gi, g in enumerate(order):
+                event(f"repeat {r + 1}/{cmp.repeats}, group {gi + 1}/{len(order)}")
+                done.append(run_group(cmp, g, base / f"r{r}-g{groups.index(g)}", event))
+            runs.append({"repeat": r, "groups": done, "verdicts": verdicts(cmp, done)})
+    return {
+        "schedule": cmp.name, "slo_p95_ms": cmp.slo_p95_ms, "seed": cmp.seed, "lead_in_s": cmp.lead_in_s,
+        "group_size": cmp.group_size, "groups": [[m.name for m in g] for g in groups],
+        "phases": [{"name": p.name, "rate_rps": p.rate_rps, "duration_s": p.duration_s,
+                    "cotenants": p.cotenants} for p in cmp.schedule.phases],
+        "ladder": [p.name for p in cmp.setup.ladder], "curve": cmp.setup.curve.name,
+        "sharing": cmp.setup.device.sharing.to_dict(),
+        "cotenants": [cotenant_to_dict(j) for j in cmp.cotenants], **dict(cmp.extra),
+        "runs": runs, "summary": summary(runs),
+    }

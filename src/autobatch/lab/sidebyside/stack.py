@@ -1,0 +1,192 @@
+"""One mode's own servers: an emulated GPU, a Triton whose model runs on it, HAProxy in front,
+and for a controller its sidecar.
+
+Every mode pays the same path (the load generator over HTTP, one HAProxy hop,
+Triton, the Python-backend stub, the device), so the modes differ only in what
+is compared. The gateway mode's Triton holds one warm variant per rung, all on
+the mode's one device, and HAProxy splits between them by weight.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from autobatch.config import load_yaml
+from autobatch.controller.config import sidecar_config_from_mapping
+from autobatch.curve import BatchCurve
+from autobatch.device.protocol import Address
+from autobatch.device.settings import DeviceSettings
+from autobatch.errors import ServeError
+from autobatch.lab.closed_loop import SidecarProcess
+from autobatch.lab.gpu import DeviceProcess, emulated_repository
+from autobatch.lab.haproxy import HAProxyProcess, http_rewrite_config
+from autobatch.lab.serve import TritonServer, free_port
+from autobatch.lab.sidebyside.layout import ModeSpec
+from autobatch.profiles import Profile
+
+__all__ = ["BACKEND", "ModeStack", "StackSetup", "variant_model", "variant_server"]
+
+BACKEND = "be_variants"
+SERVER = "model"
+"""HAProxy's one server of a mode that is not the gateway."""
+
+
+def variant_model(model: str, profile: str) -> str:
+    return f"{model}__{re.sub(r'[^A-Za-z0-9_]', '_', profile)}"
+
+
+def variant_server(profile: str) -> str:
+    return f"v-{re.sub(r'[^A-Za-z0-9_.-]', '_', profile)}"
+
+
+@dataclass(frozen=True)
+class StackSetup:
+    """What every mode's stack shares."""
+
+    model: str
+    """The model's name, as clients and the sidecar config call it."""
+    curve: BatchCurve
+    device: DeviceSettings
+    """The emulated GPU's settings (its ports are chosen per mode)."""
+    ladder: tuple[Profile, ...]
+    sidecar_config: Path
+    """The reload controller's config (a ``dcgm`` utilisation is pointed at the mode's device)."""
+    gateway_config: Path
+    """The gateway controller's config (its ``actuator`` is pointed at the mode's HAProxy)."""
+
+
+def _device_name(mode: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.:@/+-]", "_", f"gpu-{mode}")[:128]
+
+
+class ModeStack:
+    """The servers of one mode, entered on ``stack`` (closed with it)."""
+
+    def __init__(self, mode: ModeSpec, setup: StackSetup, workdir: Path,
+                 stack: contextlib.ExitStack) -> None:
+        self.mode = mode
+        self.setup = setup
+        self.workdir = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+        host = setup.device.listen.host
+        settings = setup.device.with_(name=_device_name(mode.name), listen=Address(host, 0),
+                                      metrics=Address(setup.device.metrics.host, 0))
+        self.device = stack.enter_context(DeviceProcess(settings, log_path=workdir / "device.log"))
+        gateway = mode.kind == "gateway"
+        profiles = setup.ladder if gateway else (mode.profile,)
+        self.models = [variant_model(setup.model, p.name) for p in profiles] if gateway else [setup.model]
+        repo = emulated_repository(workdir / "repo", self.models)
+        self.triton = _triton(repo, workdir, stack)
+        for name, profile in zip(self.models, profiles, strict=True):
+            assert profile is not None
+            self.triton.load_emulator(setup.curve, profile, device=self.device.address, model=name)
+        self.servers = ({variant_server(p.name): m for p, m in zip(profiles, self.models, strict=True)}
+                        if gateway else {SERVER: setup.model})
+        # A unix socket's path is at most 107 bytes: a short folder of its own, not the workdir.
+        sockdir = Path(tempfile.mkdtemp(prefix="ab-sbs-"))
+        stack.callback(shutil.rmtree, sockdir, ignore_errors=True)
+        self.socket = sockdir / "admin.sock"
+        self.url = f"127.0.0.1:{free_port()}"
+        first = variant_server(mode.profile.name) if gateway and mode.profile else next(iter(self.servers))
+        text = http_rewrite_config(
+            listen=self.url, socket_path=self.socket, triton_http=self.triton.urls.http, model=setup.model,
+            variants=self.servers, backend=BACKEND, weights={first: 100},
+            hop_prefix=f"sbs-{workdir.name}-{free_port()}")
+        self.haproxy = stack.enter_context(HAProxyProcess(text, self.socket))
+        self.decision_log: Path | None = None
+        self.sidecar_url: str | None = None
+        if mode.controller:
+            path, self.sidecar_url = self._sidecar_config()
+            self.decision_log = workdir / "decisions.jsonl"
+            self._sidecar = SidecarProcess(path, self.sidecar_url, workdir / "sidecar.log")
+
+    def start_sidecar(self, stack: contextlib.ExitStack) -> None:
+        """Start the controller (a no-op for a static mode); stopped with ``stack``."""
+        if self.mode.controller:
+            stack.enter_context(self._sidecar)
+
+    @property
+    def haproxy_pid(self) -> int | None:
+        return self.haproxy.pid
+
+    @property
+    def sidecar_pid(self) -> int | None:
+        return self._sidecar.pid if self.mode.controller else None
+
+    @property
+    def contexts_prefixes(self) -> list[str]:
+        """The device contexts of this mode's model: its instances are named ``<model>_<group>_<i>``."""
+        return [f"{m}_" for m in self.models]
+
+    def _sidecar_config(self) -> tuple[Path, str]:
+        gateway = self.mode.kind == "gateway"
+        path = self.setup.gateway_config if gateway else self.setup.sidecar_config
+        data = dict(load_yaml(path))
+        here = path.resolve().parent
+        listen = f"127.0.0.1:{free_port()}"
+        data["model"] = self.setup.model
+        data["triton"] = {"http_url": self.triton.urls.http, "metrics_url": self.triton.urls.metrics,
+                          "grpc_url": self.triton.urls.grpc}
+        data["server"] = _server(data.get("server"), listen, here)
+        data["profiles"] = _absolute(data["profiles"], "dir", here)
+        data["policy"] = _absolute(data.get("policy") or {}, "curve", here)
+        data["signals"] = _signals(data.get("signals") or {}, self.device.metrics_url)
+        data["decision_log"] = str(self.workdir / "decisions.jsonl")
+        data.pop("state_file", None)
+        if gateway:
+            act = dict(data["actuator"])
+            act.update(socket=str(self.socket), backend=BACKEND, variants={
+                p.name: {"server": variant_server(p.name), "model": variant_model(self.setup.model, p.name)}
+                for p in self.setup.ladder})
+            data["actuator"] = act
+        out = self.workdir / "sidecar.yaml"
+        out.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+        sidecar_config_from_mapping(data, str(out), base=out.parent)  # a bad config fails here, not later
+        return out, f"http://{listen}"
+
+
+PORT_TRIES = 3
+
+
+def _triton(repo: Path, workdir: Path, stack: contextlib.ExitStack) -> TritonServer:
+    """A Triton on free ports, started; another try on new ports when one was taken meanwhile
+    (other people's servers start on this machine too)."""
+    for attempt in range(PORT_TRIES):
+        try:
+            return stack.enter_context(TritonServer.on_free_ports(
+                repo, models=[], log_path=workdir / "tritonserver.log", startup_timeout_s=300))
+        except ServeError as exc:
+            if "already in use" not in str(exc) or attempt == PORT_TRIES - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _absolute(section: Mapping[str, Any], key: str, here: Path) -> dict[str, Any]:
+    out = dict(section)
+    if out.get(key):
+        out[key] = str((here / out[key]).resolve())
+    return out
+
+
+def _server(section: Any, listen: str, here: Path) -> dict[str, Any]:
+    out = _absolute(section or {}, "token_file", here)
+    out["listen"] = listen
+    return out
+
+
+def _signals(section: Mapping[str, Any], dcgm_url: str) -> dict[str, Any]:
+    """The device's dcgm-exporter metrics as the utilisation signal, as on a GPU node (a
+    config that turned utilisation off keeps it off)."""
+    out = dict(section)
+    if out.get("utilization", "auto") in ("auto", "dcgm"):
+        out.update(utilization="dcgm", dcgm_url=dcgm_url)
+    return out

@@ -1,0 +1,162 @@
+"""The pure parts of the side-by-side harness: modes and groups, the lead-in, the co-tenants'
+windows, the device's readings, a run's figures and its verdicts."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autobatch.cotenants import CoTenant
+from autobatch.curve import BatchCurve
+from autobatch.errors import ConfigError
+from autobatch.lab.sidebyside.layout import (
+    LEAD_IN,
+    ModeSpec,
+    cotenant_from_dict,
+    cotenant_to_dict,
+    group_modes,
+    modes_for,
+    placed_cotenants,
+    with_lead_in,
+)
+from autobatch.lab.sidebyside.readings import DeviceReading, device_figures, parse_device_metrics
+from autobatch.lab.sidebyside.run import arrivals_s, decisions_from_log, whole_run
+from autobatch.profiles import Profile
+from autobatch.schedule import Phase, Schedule
+
+CURVE = BatchCurve.from_mapping({"name": "t4", "points": {1: 12.96, 8: 12.82, 32: 29.54}})
+
+
+def prof(name: str) -> Profile:
+    return Profile(name=name, max_batch_size=32, preferred_batch_size=(), max_queue_delay_us=0)
+
+
+LADDER = [prof("triton-default"), prof("balanced"), prof("aggressive")]
+
+
+def test_the_modes_are_the_default_every_other_rung_and_both_controllers() -> None:
+    modes = modes_for(LADDER, LADDER[0], LADDER[0])
+    assert [(m.name, m.kind) for m in modes] == [
+        ("triton-default", "static"), ("balanced", "static"), ("aggressive", "static"),
+        ("reload", "reload"), ("gateway", "gateway")]
+    only = modes_for(LADDER, LADDER[0], LADDER[0], ["reload"])
+    assert [m.name for m in only] == ["triton-default", "reload"]
+    with pytest.raises(ConfigError, match="modes = 'fast'"):
+        modes_for(LADDER, LADDER[0], LADDER[0], ["fast"])
+
+
+@pytest.mark.parametrize(
+    ("size", "want"),
+    [
+        (5, [["triton-default", "balanced", "aggressive", "reload", "gateway"]]),
+        (3, [["triton-default", "reload", "gateway"], ["triton-default", "balanced", "aggressive"]]),
+        (2, [["triton-default", "reload"], ["triton-default", "gateway"], ["triton-default", "balanced"],
+             ["triton-default", "aggressive"]]),
+    ],
+)
+def test_groups_run_the_controllers_first_and_each_holds_the_baseline(size: int,
+                                                                     want: list[list[str]]) -> None:
+    groups = group_modes(modes_for(LADDER, LADDER[0], LADDER[0]), size)
+    assert [[m.name for m in g] for g in groups] == want
+
+
+def test_a_group_needs_the_baseline_and_room_for_one_more() -> None:
+    with pytest.raises(ConfigError, match="group_size = 1"):
+        group_modes(modes_for(LADDER, LADDER[0], LADDER[0]), 1)
+    with pytest.raises(ConfigError, match="triton-default must be one of them"):
+        group_modes([ModeSpec("reload", "reload", LADDER[0])], 3)
+
+
+SCHEDULE = Schedule((Phase("alone", 150, 30, cotenants=0), Phase("shared", 150, 30, cotenants=2),
+                     Phase("alone-again", 150, 30, cotenants=0)))
+JOBS = (CoTenant("a", CURVE, 32, duty=0.9), CoTenant("b", CURVE, 32, duty=0.9))
+
+
+def test_the_lead_in_runs_the_first_phase_unmeasured_and_the_jobs_move_with_the_phases() -> None:
+    run = with_lead_in(SCHEDULE, 60)
+    assert [p.name for p in run.phases] == [LEAD_IN, "alone", "shared", "alone-again"]
+    assert run.phases[0].rate_rps == 150 and run.phases[0].cotenants == 0
+    placed = placed_cotenants(JOBS, run, 60)
+    assert [j.windows for j in placed] == [((90.0, 120.0),), ((90.0, 120.0),)]
+    assert arrivals_s(placed) == [90.0]
+    assert with_lead_in(SCHEDULE, 0) is SCHEDULE
+
+
+def test_jobs_with_their_own_times_move_back_by_the_lead_in() -> None:
+    timed = Schedule((Phase("a", 100, 30), Phase("b", 100, 30)))
+    job = CoTenant("x", CURVE, 8, rate_bps=10.0, windows=((20.0, 40.0),))
+    (moved,) = placed_cotenants((job,), with_lead_in(timed, 10), 10)
+    assert moved.windows == ((30.0, 50.0),)
+    assert placed_cotenants((), timed, 10) == ()
+
+
+def test_a_cotenant_crosses_to_the_worker_as_json_and_back() -> None:
+    job = CoTenant("x", CURVE, 8, rate_bps=10.0, arrival="uniform", windows=((5.0, math.inf),))
+    back = cotenant_from_dict(json.loads(json.dumps(cotenant_to_dict(job))))
+    assert back == job
+
+
+METRICS = """\
+autobatch_device_uptime_seconds {up}
+autobatch_device_busy_seconds_total {busy}
+autobatch_device_context_busy_seconds_total{{context="resnet50_0_0"}} {m}
+autobatch_device_context_busy_seconds_total{{context="train-a"}} {a}
+autobatch_device_context_busy_seconds_total{{context="autobatch-check"}} 0.0
+autobatch_device_context_items_total{{context="resnet50_0_0"}} {items}
+autobatch_device_context_items_total{{context="train-a"}} 320.0
+autobatch_device_answer_lateness_seconds_bucket{{le="0.001"}} {fast}
+autobatch_device_answer_lateness_seconds_bucket{{le="0.002"}} {fast}
+autobatch_device_answer_lateness_seconds_bucket{{le="+Inf"}} {n}
+autobatch_device_answer_lateness_seconds_count {n}
+autobatch_device_answer_lateness_seconds_sum {late}
+"""
+
+
+def reading(**kw: float) -> DeviceReading:
+    return parse_device_metrics(METRICS.format(**kw))
+
+
+def test_the_device_reading_gives_the_models_work_per_item_busy_by_tenant_and_lateness() -> None:
+    a = reading(up=10.0, busy=2.0, m=1.0, a=1.0, items=100, fast=90, n=100, late=0.05)
+    b = reading(up=20.0, busy=9.0, m=4.0, a=5.0, items=1100, fast=280, n=300, late=0.25)
+    assert a.context_busy_s["resnet50_0_0"] == 1.0 and a.late_answers == 10
+    got = device_figures(a, b, ["resnet50_"], ["train-a"])
+    assert got["device_ms"] == pytest.approx(3.0)  # 3 s of work over 1000 items
+    assert got["device_items"] == 1000 and got["device_busy_ms"] == pytest.approx(3000.0)
+    assert got["busy_share"] == pytest.approx(0.7)
+    assert got["busy_by_tenant"] == {"model": 0.3, "train-a": 0.4}  # the check connection is nobody's
+    assert got["answers"] == 200 and got["lateness_mean_ms"] == pytest.approx(1.0)
+    assert got["late_share"] == pytest.approx(0.05)  # 10 more of 200 answers over 2 ms late (20 - 10)
+    idle = device_figures(b, b, ["resnet50_"], ["train-a"])
+    assert idle["device_ms"] is None and idle["busy_share"] is None and idle["lateness_mean_ms"] is None
+
+
+def mode(*phases: tuple[str, int, int, float, int]) -> dict[str, Any]:
+    return {"phases": [{"name": n, "measured": n != LEAD_IN, "requests": r, "over_slo": o,
+                        "over_slo_share": o / r, "device_busy_ms": busy, "device_items": items,
+                        "failures": {"timeout": 1} if n == "b" else {}}
+                       for n, r, o, busy, items in phases]}
+
+
+def test_a_runs_figures_leave_the_lead_in_out() -> None:
+    got = whole_run(mode((LEAD_IN, 100, 50, 500.0, 100), ("a", 100, 1, 300.0, 100),
+                         ("b", 300, 3, 300.0, 300)))
+    assert [p["name"] for p in got["phases"]] == ["a", "b"]
+    assert got["device_ms"] == pytest.approx(1.5) and got["over_slo_share"] == pytest.approx(0.01)
+    assert got["failed"] == 1
+
+
+def test_decisions_are_read_on_the_runs_clock(tmp_path: Path) -> None:
+    log = tmp_path / "d.jsonl"
+    rows = [{"decision": {"at_s": 1000.5, "action": "hold", "reason": "settling", "target": "x"}},
+            {"decision": {"at_s": 1012.0, "action": "switch", "reason": "efficiency", "target": "aggressive"},
+             "actuation": {"ok": True, "duration_s": 1.4}}]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = decisions_from_log(log, t0_wall=1000.0)
+    assert [(d["t_s"], d["action"], d["ok"], d["duration_s"]) for d in got] == [
+        (0.5, "hold", None, None), (12.0, "switch", True, 1.4)]
+    assert decisions_from_log(tmp_path / "missing.jsonl", 0.0) == []
