@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 README = ROOT / "README.md"
 RESULTS_PAGE = ROOT / "docs" / "results.md"
-ORDER = ["closed_loop", "demo", "reaction", "steady", "faults", "soak", "trace_fidelity", "sessions",
-         "simulator", "device_timeslice", "device_share", "device_util", "device_accuracy", "sdk",
+ORDER = ["shared_gpu", "closed_loop", "demo", "reaction", "steady", "faults", "soak", "trace_fidelity",
+         "sessions", "simulator", "device_timeslice", "device_share", "device_util", "device_accuracy", "sdk",
          "reload_vs_shift", "footprint", "overhead", "reload_cost", "batch_curves", "loadgen"]
 
 HEADLINE: list[tuple[str, str]] = [

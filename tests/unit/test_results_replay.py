@@ -40,8 +40,10 @@ def _logs() -> list[tuple[str, str]]:
     out = []
     for path in sorted(RESULTS.glob("*.json")):
         for run in json.loads(path.read_text(encoding="utf-8"))["data"]["runs"]:
+            block = f"-b{run['block']}" if "block" in run else ""  # alternating blocks, since 2026-12-02
+            stem = f"{path.stem}-{run['schedule']}-x{run['instances']}{block}"
             for mode in sorted(set(run["modes"]) & set(CONFIGS)):
-                out.append((f"{path.stem}-{run['schedule']}-x{run['instances']}-{mode}.jsonl.gz", mode))
+                out.append((f"{stem}-{mode}.jsonl.gz", mode))
     return out
 
 
@@ -105,12 +107,48 @@ def test_the_reaction_logs_replay_through_the_shipped_policy(name: str, ladder: 
 
 
 DEMO = ROOT / "benchmarks" / "results" / "demo"
-DEMO_LOGS = sorted(f"{p.stem}-controller.jsonl.gz" for p in DEMO.glob("*.json"))
 
 
-@pytest.mark.parametrize("name", DEMO_LOGS)
-def test_the_demo_logs_replay_through_the_shipped_policy(name: str) -> None:
-    """The saved demo runs (``benchmarks/demo.py``) ran ``examples/sidecar.yaml`` as it is."""
+def _config_of(path: Path, default: str) -> str:
+    """The config a saved run names (``data.config``, relative to the repository)."""
+    return json.loads(path.read_text(encoding="utf-8"))["data"].get("config") or default
+
+
+DEMO_LOGS = sorted((f"{p.stem}-controller.jsonl.gz", _config_of(p, "examples/sidecar.yaml"))
+                   for p in DEMO.glob("*.json"))
+
+
+@pytest.mark.parametrize(("name", "config"), DEMO_LOGS)
+def test_the_demo_logs_replay_through_the_shipped_policy(name: str, config: str) -> None:
+    """The saved demo runs (``benchmarks/demo.py``) ran the config they name as it is
+    (``examples/sidecar.yaml`` before the shared-GPU demo, which names its own)."""
     path = DEMO / "logs" / name
     assert path.is_file(), f"{path} is missing: benchmarks/demo.py saves it beside its result"
-    _assert_replays(path, dict(load_yaml(CONFIGS["reload"])), CONFIGS["reload"])
+    example = ROOT / config
+    _assert_replays(path, dict(load_yaml(example)), example)
+
+
+SHARED = ROOT / "benchmarks" / "results" / "shared_gpu"
+
+
+def _shared_logs() -> list[tuple[str, str]]:
+    """(log file name, config) for each controller of each group of each repeat of every
+    current benchmarks/shared_gpu.py result."""
+    out = []
+    for path in sorted(SHARED.glob("*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))["data"]
+        for run in data["runs"]:
+            for g, group in enumerate(run["groups"]):
+                for mode in sorted(set(group["modes"]) & set(CONFIGS)):
+                    config = data.get("gateway_config") if mode == "gateway" else None
+                    out.append((f"{path.stem}-{data['schedule']}-r{run['repeat']}-g{g}-{mode}.jsonl.gz",
+                                config or data["config"]))
+    return out
+
+
+@pytest.mark.parametrize(("name", "config"), _shared_logs())
+def test_the_shared_gpu_logs_replay_through_the_config_they_ran(name: str, config: str) -> None:
+    path = SHARED / "logs" / name
+    assert path.is_file(), f"{path} is missing: benchmarks/shared_gpu.py saves it beside its result"
+    example = ROOT / config
+    _assert_replays(path, dict(load_yaml(example)), example)

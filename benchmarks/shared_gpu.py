@@ -1,0 +1,165 @@
+"""The controller on a shared (emulated) GPU, side by side with every static profile at the same time.
+
+    .venv/bin/python benchmarks/shared_gpu.py --config examples/sidecar-t4.yaml \
+        --schedule examples/schedules/cotenants-step.yaml [--schedule step ...] \
+        [--repeats 3] [--group-size 3] [--lead-in 60] [--modes ...] [--no-save] [--json]
+
+Every mode runs at once, each on its own emulated GPU (an ``autobatch device``
+process with the same sharing policy, the schedule's co-tenant jobs on it at
+the same times) and its own Triton holding the emulated model (the config's
+curve), behind its own HAProxy, fed the same arrival trace (same seed):
+Triton's default, every other rung of the config's ladder held, the
+controller by reload (the config) and by gateway (``--gateway-config``, or
+the config with examples/sidecar-gateway.yaml's actuator: one warm variant
+per rung on the mode's device). Modes that the two cores cannot carry at once
+run in groups of ``--group-size`` one after another, each with the default in
+it. Repeated ``--repeats`` times. docs/benchmarks.md ("The shared GPU, side by
+side") says what each figure is and what the CPU-headroom figures show.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+
+from autobatch.config import load_yaml
+from autobatch.controller.config import load_sidecar_config
+from autobatch.cotenants import parse_cotenants
+from autobatch.curve import load_curve
+from autobatch.device.settings import DeviceSettings, load_device_config
+from autobatch.lab.sidebyside import Comparison, StackSetup, modes_for, run_comparison
+from autobatch.profiles import load_profiles
+from autobatch.schedule import load_schedule
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import save_result  # noqa: E402
+from shared_gpu_report import print_comparison, rows_for  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+SCHEDULES = ("step", "bursty", "ramp", "rise-fall")
+
+
+def schedule_path(name: str) -> Path:
+    p = Path(name)
+    return p if p.suffix in (".yaml", ".yml") else EXAMPLES / "schedules" / f"{name}.yaml"
+
+
+def gateway_config(config: Path, out: Path) -> Path:
+    """``config`` with examples/sidecar-gateway.yaml's actuator (its variants are set per run)."""
+    data = dict(load_yaml(config))
+    act = dict(load_yaml(EXAMPLES / "sidecar-gateway.yaml")["actuator"])
+    act["guard"] = {**dict(act.get("guard") or {}), "p95_ms": float(data["slo"]["p95_ms"])}
+    data["actuator"] = act
+    here = config.resolve().parent
+    for section, key in (("profiles", "dir"), ("policy", "curve"), ("server", "token_file")):
+        sub = dict(data.get(section) or {})
+        if sub.get(key):
+            sub[key] = str((here / sub[key]).resolve())
+            data[section] = sub
+    out.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return out
+
+
+def comparison(args: argparse.Namespace, name: str, path: Path, gateway: Path) -> Comparison:
+    cfg = load_sidecar_config(args.config)
+    curve = load_curve(args.curve) if args.curve else cfg.policy.curve
+    if curve is None:
+        raise SystemExit(f"shared_gpu: {args.config}: policy.curve is not set; give --curve")
+    schedule = load_schedule(path)
+    # The jobs as declared: the run places them on its schedule, the lead-in in front.
+    jobs = parse_cotenants(load_yaml(path), str(path), path.parent)
+    ladder = tuple(cfg.profiles)
+    folder = Path(ladder[0].source).parent
+    default = next((p for p in ladder if p.name == "triton-default"), None) or \
+        load_profiles(folder).get("triton-default")
+    if default is None:
+        raise SystemExit(f"shared_gpu: no triton-default profile in the ladder or in {folder}")
+    start = next((p for p in ladder if p.name == cfg.initial_profile), ladder[0]) \
+        if getattr(cfg, "initial_profile", None) else ladder[0]
+    device = load_device_config(args.device_config) if args.device_config else DeviceSettings()
+    setup = StackSetup(model=cfg.model, curve=curve, device=device, ladder=ladder,
+                       sidecar_config=Path(args.config), gateway_config=gateway)
+    modes = modes_for(ladder, default, start, args.modes.split(",") if args.modes else None)
+    return Comparison(
+        name=name, schedule=schedule, setup=setup, modes=tuple(modes), slo_p95_ms=cfg.policy.slo_p95_ms,
+        cotenants=jobs, seed=args.seed, repeats=args.repeats, group_size=args.group_size,
+        lead_in_s=args.lead_in, interval_s=cfg.interval_s, keep=args.keep,
+        extra={"config": _rel(args.config), "schedule_file": _rel(path),
+               **({"gateway_config": _rel(args.gateway_config)} if args.gateway_config else {})})
+
+
+def _rel(path: Path) -> str:
+    """A path as the saved result names it: relative to the repository when inside it."""
+    try:
+        return str(Path(path).resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+def strip(result: dict[str, Any]) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """The result as saved (no per-second timelines; of the decisions, the switches) and the
+    controllers' decision logs, as the sidecars wrote them (a replay test reads them)."""
+    logs: dict[str, bytes] = {}
+    for run in result["runs"]:
+        for gi, g in enumerate(run["groups"]):
+            for mode, text in g.pop("logs", {}).items():
+                logs[f"{result['schedule']}-r{run['repeat']}-g{gi}-{mode}"] = text
+            for r in g["modes"].values():
+                r.pop("timeline", None)
+                r["switches"] = [d for d in r.pop("decisions", []) if d["action"] == "switch"]
+    return result, logs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", type=Path, required=True, help="the reload controller's sidecar config")
+    ap.add_argument("--gateway-config", type=Path, default=None)
+    ap.add_argument("--curve", type=Path, default=None, help="the emulated model's curve (default: the "
+                    "config's policy.curve)")
+    ap.add_argument("--device-config", type=Path, default=None, help="the emulated GPU's settings "
+                    "(default: timeslice, 2 ms quantum)")
+    ap.add_argument("--schedule", action="append", help="a schedule name or file; repeatable")
+    ap.add_argument("--modes", default="", help="comma-separated subset (the default always runs)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--group-size", type=int, default=3, help="modes at once (the default among them)")
+    ap.add_argument("--lead-in", type=float, default=60.0, metavar="S")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--keep", type=Path, default=None, help="keep every server's log here")
+    ap.add_argument("--no-save", action="store_true")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    console = Console(stderr=args.json, width=200)
+    tmp = Path(tempfile.mkdtemp(prefix="ab-shared-gpu-"))
+    try:
+        gateway = args.gateway_config or gateway_config(args.config, tmp / "gateway.yaml")
+        for s in args.schedule or SCHEDULES:
+            path = schedule_path(s)
+            cmp = comparison(args, path.stem, path, gateway)
+            result = run_comparison(cmp, lambda line: console.print(line, style="dim"))
+            print_comparison(console, result)
+            saved, logs = strip(result)
+            if not args.no_save:
+                out = save_result("shared_gpu", saved, rows_for(saved))
+                folder = out.parent / "logs"
+                folder.mkdir(exist_ok=True)
+                for name, text in logs.items():
+                    with gzip.open(folder / f"{out.stem}-{name}.jsonl.gz", "wb", compresslevel=9) as f:
+                        f.write(text)
+            if args.json:
+                print(json.dumps(saved, indent=1, default=str))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

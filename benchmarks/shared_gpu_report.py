@@ -1,0 +1,171 @@
+"""What benchmarks/shared_gpu.py prints and adds to the results table, from one comparison's result."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+__all__ = ["cotenant_figures", "headroom", "headroom_line", "merged_modes", "print_comparison", "rows_for",
+           "verdict_line"]
+
+CONTROLLERS = ("reload", "gateway")
+
+
+def merged_modes(run: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """One repeat's modes by name: each from its group; Triton's default from the last group
+    holding it (beside the other static profiles, as the verdicts take it)."""
+    out: dict[str, dict[str, Any]] = {}
+    for g in run["groups"]:
+        out.update(g["modes"])
+    return out
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    got = [v for v in values if v is not None]
+    return statistics.median(got) if got else None
+
+
+def _measured(r: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [p for p in r["phases"] if p.get("measured", True)]
+
+
+def phase_table(result: Mapping[str, Any]) -> Table:
+    runs = [merged_modes(r) for r in result["runs"]]
+    modes = list(runs[0])
+    t = Table(title=f"{result['schedule']}: share over the SLO ({result['slo_p95_ms']:g} ms) / p95 ms / "
+              f"device ms per request [profile in force], medians of {len(runs)} run(s)")
+    t.add_column("phase")
+    t.add_column("rate/s", justify="right")
+    t.add_column("co-t.", justify="right")
+    for m in modes:
+        t.add_column(m, justify="right")
+    for i, ph in enumerate(result["phases"]):
+        cells = []
+        for m in modes:
+            ps = [_measured(r[m])[i] for r in runs if m in r]
+            share = _median([p["over_slo_share"] for p in ps])
+            p95 = _median([p["p95_ms"] for p in ps])
+            dev = _median([p["device_ms"] for p in ps])
+            cell = (f"{share:.1%} / {p95 or 0:.0f} / " if share is not None else "- / ") + \
+                ("-" if dev is None else f"{dev:.2f}")
+            if m in CONTROLLERS and ps and ps[0]["profiles"]:
+                cell += escape(f" [{max(ps[0]['profiles'].items(), key=lambda kv: kv[1])[0]}]")
+            cells.append(cell)
+        t.add_row(ph["name"], f"{ph['rate_rps']:g}", str(ph.get("cotenants") or 0), *cells)
+    return t
+
+
+def verdict_line(result: Mapping[str, Any], mode: str) -> str:
+    s = result["summary"][mode]
+
+    def med(k: str, fmt: str = "{:.2f}") -> str:
+        v = s.get(k)
+        return "-" if not v else fmt.format(v["median"]) + f" (spread {v['spread']:.3f})"
+
+    runs = result["runs"]
+    last = [r["verdicts"]["controllers"].get(mode) for r in runs]
+    last = [v for v in last if v]
+    target = last[0]["target_points"] if last else 0
+    beaten = s["every_static_loses"]
+    winners = sorted({m for v in last for m, why in v["losers"].items() if why is None})
+    reacts = [x["windows"] for v in last for x in v["reactions"]]
+    react = "no co-tenant arrival" if not reacts else \
+        ", ".join("none" if w is None else f"{w:g}" for w in reacts) + " windows"
+    worst = med('worst_excess_points', '{:+.1f}')
+    return (f"{result['schedule']}: controller by {mode}: worst phase {worst} "
+            f"points over the best static (target {target:g}); device {med('device_vs_default')}x the "
+            f"default's (target 0.7x), {med('device_vs_oracle')}x the oracle's (target 1.1x); every static "
+            f"loses: {sum(beaten)}/{len(beaten)} runs" + (f" (not: {', '.join(winners)})" if winners else "")
+            + f"; reaction to co-tenants: {react}")
+
+
+def cotenant_figures(result: Mapping[str, Any]) -> dict[str, dict[str, float | None]]:
+    """Per mode: the co-tenants' items a second (summed over jobs) and their worst p95 ms,
+    medians over the repeats."""
+    out: dict[str, dict[str, float | None]] = {}
+    runs = [merged_modes(r) for r in result["runs"]]
+    for m in runs[0]:
+        reps = [r[m].get("cotenants") for r in runs if m in r and r[m].get("cotenants")]
+        if not reps:
+            continue
+        items = [sum(j["items_per_s"] or 0 for j in rep["cotenants"]) for rep in reps]
+        p95 = [max(((j.get("latency_ms") or {}).get("p95") or 0) for j in rep["cotenants"]) for rep in reps]
+        out[m] = {"items_per_s": _median(items), "p95_ms": _median(p95)}
+    return out
+
+
+def headroom(result: Mapping[str, Any]) -> dict[str, Any]:
+    """The CPU evidence over every group of every repeat: cores our processes used, the load
+    average, the devices' answer lateness and the generators' send lag (the worst of each)."""
+    cores, loads, late, mean, lag = [], [], [], [], []
+    for run in result["runs"]:
+        for g in run["groups"]:
+            cores.append(g["cpu_cores"]["ours"])
+            loads.append(g["load_average"][0])
+            for r in g["modes"].values():
+                for p in _measured(r):
+                    late.append(p.get("late_share"))
+                    mean.append(p.get("lateness_mean_ms"))
+                    lag.append(p.get("lag_p99_ms"))
+
+    def top(xs: Sequence[float | None]) -> float | None:
+        got = [x for x in xs if x is not None]
+        return max(got) if got else None
+
+    return {"cores_max": top(cores), "cores_median": _median(cores), "load_average_max": top(loads),
+            "late_share_max": top(late), "lateness_mean_ms_max": top(mean), "lag_p99_ms_max": top(lag)}
+
+
+def print_comparison(console: Console, result: Mapping[str, Any]) -> None:
+    console.print(phase_table(result))
+    for mode in CONTROLLERS:
+        if mode in result["summary"]:
+            console.print(verdict_line(result, mode))
+    single = result["summary"]["single_static"]
+    console.print(f"one static profile is the answer: {', '.join(str(s) for s in single)} (per run)")
+    cot = cotenant_figures(result)
+    if cot:
+        console.print("co-tenants' throughput (items/s) and worst p95 (ms) by mode: " + ", ".join(
+            f"{m} {v['items_per_s']:.0f}/s p95 {v['p95_ms']:.0f}" for m, v in cot.items()))
+    console.print("CPU headroom: " + headroom_line(headroom(result)))
+
+
+def _r(v: float | None, n: int = 3) -> str:
+    return "-" if v is None else f"{v:.{n}g}"
+
+
+def headroom_line(h: Mapping[str, Any]) -> str:
+    return (f"our processes used {_r(h['cores_median'])} cores of 2 (median over groups; at most "
+            f"{_r(h['cores_max'])}), load average up to {_r(h['load_average_max'])}; device answers over "
+            f"2 ms late: at most {_r(h['late_share_max'])} of a phase's (mean lateness at most "
+            f"{_r(h['lateness_mean_ms_max'])} ms); generator send lag p99 at most "
+            f"{_r(h['lag_p99_ms_max'])} ms")
+
+
+def rows_for(result: Mapping[str, Any]) -> list[dict[str, Any]]:
+    from record import row
+
+    rows = []
+    sched = result["schedule"]
+    n = len(result["runs"])
+    for mode in CONTROLLERS:
+        if mode not in result["summary"]:
+            continue
+        dv = result["summary"][mode].get("device_vs_default")
+        rows.append(row(f"shared GPU ({result['curve']}), {sched}: controller by {mode}, {n} runs at once "
+                        f"with every static profile", verdict_line(result, mode),
+                        key=f"shared_gpu_{sched}_{mode}", value=None if not dv else dv["median"], unit="x",
+                        value_name="device vs default"))
+    cot = cotenant_figures(result)
+    if cot:
+        rows.append(row(f"shared GPU ({result['curve']}), {sched}: the co-tenants' throughput by mode",
+                        ", ".join(f"{m} {v['items_per_s']:.0f} items/s (p95 {v['p95_ms']:.0f} ms)"
+                                  for m, v in cot.items())))
+    rows.append(row(f"shared GPU, {sched}: CPU headroom while the modes ran at once",
+                    headroom_line(headroom(result))))
+    return rows
