@@ -1,14 +1,23 @@
-"""The controller against Triton's default and every static profile, side by side on one server.
+"""dense_mlp, the real-compute check: the controller against every static profile, in alternating blocks.
 
     .venv/bin/python benchmarks/closed_loop.py [--schedule step|bursty|ramp|rise-fall|FILE ...]
-        [--instances 1,2] [--modes ...] [--json]
+        [--instances 1,2] [--modes ...] [--blocks 3] [--json]
+
+The modes of this benchmark run torch on the machine's own two cores, so they
+cannot run at the same time (each would be the others' load). They take turns
+instead, block by block: a block runs every mode once on the same schedule, in
+an order rotated by one place per block, and the figures are the medians and
+the spreads over ``--blocks`` blocks, so the machine's drift hits each mode
+alike. What this can and cannot show: docs/benchmarks.md ("dense_mlp: real
+compute, in alternating blocks"). The GPU comparisons, modes at once, are
+benchmarks/shared_gpu.py.
 
 One embedded Triton per instance count holds three copies of dense_mlp, each
 with that many instances: ``dense_mlp`` (the static profiles and the reload
 controller run on it) and one variant per profile of the gateway ladder
 (``examples/sidecar-gateway.yaml``). One HAProxy carries every request over
-HTTP, so every mode pays the same proxy hop. For each schedule the modes run
-one after the other:
+HTTP, so every mode pays the same proxy hop. For each schedule, in each block,
+the modes run one after the other:
 
 * ``triton-default`` and every other profile of the reload ladder
   (``examples/sidecar.yaml``), static: loaded, then left alone;
@@ -32,7 +41,7 @@ p95 within 1.1x the default's.
 
 Runnable in parts (one schedule and one instance count at a time): each run
 saves its own result file, and ``make results`` shows the newest of each
-command line.
+command line. A slow machine slows every mode alike: no run is refused for it.
 """
 
 from __future__ import annotations
@@ -41,8 +50,8 @@ import argparse
 import asyncio
 import contextlib
 import json
-import math
 import shutil
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -57,6 +66,7 @@ from rich.table import Table
 from autobatch.config import load_yaml
 from autobatch.controller.config import sidecar_config_from_mapping
 from autobatch.lab.closed_loop import ClosedLoopResult, SidecarProcess, run_closed_loop
+from autobatch.lab.compare import spread
 from autobatch.lab.device import DeviceMeter
 from autobatch.lab.haproxy import HAProxyProcess, http_rewrite_config, write_variant
 from autobatch.lab.process import poll_until
@@ -79,7 +89,6 @@ DEVICE_TARGET = 0.8
 LOW_P95_TARGET = 1.1
 LOW_SHARE = 0.25
 """A phase is low when its rate is at most this share of the schedule's peak (and not idle)."""
-RESULTS_DIR = ROOT / "benchmarks" / "results" / "closed_loop"
 REACT_S = {"gateway": 2.0, "reload": 5.0}
 """Seconds into a phase before the bound's choice for it takes effect, in its reacting form:
 at the shipped 1 s interval an efficiency move needs two windows that saw the new load
@@ -435,114 +444,6 @@ def compare(
     return out
 
 
-CHECK_SLOWER = 1.1
-"""The machine check fails when Triton's default spends more than this times the
-slowest saved run's device time a request in any phase ..."""
-CHECK_OVER_POINTS = 2.0
-"""... or sends this many points more of a phase over the SLO than the worst saved run."""
-
-
-Saved = dict[str, list[tuple[str, dict[str, Any]]]]
-"""Phase name -> (result file stem, Triton's default's figures in that phase) per saved run."""
-
-
-def saved_runs(folder: Path) -> list[tuple[str, dict[str, Any]]]:
-    """(file stem, run) for every run in the current (not superseded) saved files."""
-    out = []
-    for f in sorted(folder.glob("*.json")):
-        doc = json.loads(f.read_text(encoding="utf-8"))
-        out += [(f.stem, run) for run in doc.get("data", {}).get("runs", [])]
-    return out
-
-
-def saved_default_phases(runs: list[tuple[str, dict[str, Any]]], schedule: str, instances: int) -> Saved:
-    """Triton's default's phases in the saved ``runs`` (:func:`saved_runs`) of ``schedule``
-    with ``instances``, by phase name: what :func:`machine_check` compares a run against."""
-    out: Saved = {}
-    for stem, run in runs:
-        mode = run.get("modes", {}).get("triton-default")
-        if run.get("schedule") != schedule or run.get("instances") != instances or not mode:
-            continue
-        for ph in mode["phases"]:
-            out.setdefault(ph["name"], []).append((stem, ph))
-    return out
-
-
-def machine_check(phases: list[dict[str, Any]], saved: Saved) -> tuple[bool, str]:
-    """Whether this machine ran dense_mlp as fast as it did for the saved runs: Triton's
-    default's ``phases`` in this run against the same phases in the saved runs of the same
-    schedule and instance count (:func:`saved_default_phases`).
-
-    The VM's speed for torch moves by 1.4-2.4x within a day (2026-12-01), invisibly to a
-    pure-Python probe, and a run on a slow hour measures the machine, not the controller.
-    The worst phase decides: its device time a request over :data:`CHECK_SLOWER` x the
-    slowest saved run's, or its share over the SLO :data:`CHECK_OVER_POINTS` points over
-    the worst saved run's. Phases without a saved reading (idle ones) are not judged."""
-    judged = [(ph, saved[ph["name"]]) for ph in phases if saved.get(ph["name"])]
-    if not judged:
-        raise ValueError("no saved run of these phases to compare with")
-    slowest = None  # (ratio, phase, this device ms, saved lo, saved hi, runs)
-    worst_over = None  # (points, phase, this share, saved hi)
-    for ph, runs in judged:
-        devs = [p["device_ms"] for _, p in runs if p.get("device_ms")]
-        if devs:
-            ratio = math.inf if ph.get("device_ms") is None else ph["device_ms"] / max(devs)
-            if slowest is None or ratio > slowest[0]:
-                slowest = (ratio, ph["name"], ph.get("device_ms"), min(devs), max(devs), len(runs))
-        hi = max(p["over_slo_share"] for _, p in runs)
-        points = 100 * (ph["over_slo_share"] - hi)
-        if worst_over is None or points > worst_over[0]:
-            worst_over = (points, ph["name"], ph["over_slo_share"], hi)
-    parts = []
-    if slowest is not None:
-        ratio, name, dev, lo, hi, n = slowest
-        dev_txt = "no reading" if dev is None else f"{dev:.2f} ms a request"
-        parts.append(f"its slowest phase against the saved runs, {name}: {dev_txt}, {ratio:.2f}x the "
-                     f"slowest of {n} ({lo:.2f}-{hi:.2f} ms)")
-    assert worst_over is not None
-    points, name, share, hi = worst_over
-    parts.append(f"over the SLO, {name}: {share:.1%} against at most {hi:.1%} ({points:+.1f} points)")
-    slow = (slowest is not None and slowest[0] > CHECK_SLOWER) or points > CHECK_OVER_POINTS
-    text = "machine check, Triton's default: " + "; ".join(parts) + ": "
-    if slow:
-        return False, text + (
-            f"SLOWER than when the saved runs were made (limits {CHECK_SLOWER:g}x and "
-            f"+{CHECK_OVER_POINTS:g} points); closed-loop figures measured now do not compare "
-            "with them")
-    return True, text + "as fast as for the saved runs"
-
-
-CHECK_DRIFT = 1.15
-"""The most the first phase's device time a request may differ between the modes that
-served it on Triton's default (the default itself and the controllers, which start
-there) before the run is taken to have changed machine speed between its modes.
-The saved runs: 1.01-1.09x (1.12x on the slow morning of 2026-12-01)."""
-
-
-def drift_check(modes: dict[str, dict[str, Any]]) -> tuple[bool, str] | None:
-    """Whether the machine kept its speed from one mode of a run to the next: the first
-    phase's device time a request in every mode that served all of it on Triton's default
-    (the same work, at the same rate, on the same profile). None when fewer than two did.
-
-    The modes run one after the other for 5-11 minutes, and the VM's speed for torch can
-    move by 1.4x within one (2026-12-01 19:02: the default's first phase 6.50 ms a request,
-    the controllers' 8.37-8.90), and then the side-by-side comparison is not one."""
-    readings = {
-        mode: r["phases"][0]["device_ms"] for mode, r in modes.items()
-        if r["phases"] and r["phases"][0].get("device_ms")
-        and r["phases"][0].get("profiles") == {"triton-default": 1.0}
-    }
-    if len(readings) < 2:
-        return None
-    lo, hi = min(readings, key=readings.__getitem__), max(readings, key=readings.__getitem__)
-    drift = readings[hi] / readings[lo]
-    text = (f"drift check, the first phase on Triton's default: {hi} {readings[hi]:.2f} ms a request, "
-            f"{lo} {readings[lo]:.2f}: {drift:.2f}x (limit {CHECK_DRIFT:g}x)")
-    if drift > CHECK_DRIFT:
-        return False, text + ": the machine changed speed between the modes of this run"
-    return True, text
-
-
 def bound_note(c: dict[str, Any]) -> str:
     """``; per-phase bound 0.76x, 0.82x reacting in 5 s``: the least device time the static
     runs allow, and the same choices made that long into each phase (per_phase_bound)."""
@@ -607,10 +508,46 @@ def phase_table(
     return t
 
 
+def _block_order(modes: list[str], block: int) -> list[str]:
+    """The modes' turn in a block: rotated one place per block, so no mode always runs first
+    (or last, after the machine has warmed or slowed) and drift within a block evens out."""
+    k = block % len(modes)
+    return modes[k:] + modes[:k]
+
+
+async def _one_block(bench: Bench, name: str, schedule: Schedule, block: int, modes: list[str],
+                     statics: list[str], slo_ms: float, args: argparse.Namespace, console: Console,
+                     logs: dict[str, bytes]) -> dict[str, Any]:
+    """Every mode once, in the block's order; the block's comparison."""
+    n, tmp = bench.instances, bench.workdir
+    results: dict[str, ClosedLoopResult] = {}
+    for mode in _block_order(modes, block):
+        results[mode] = await bench.run(mode, schedule, slo_ms, console, args.seed)
+        log = tmp / f"{mode}.jsonl"
+        if log.exists():
+            logs[f"{name}-x{n}-b{block}-{mode}"] = log.read_bytes()
+            if args.keep_logs:
+                args.keep_logs.mkdir(parents=True, exist_ok=True)
+                shutil.copy(log, args.keep_logs / f"{name}-x{n}-b{block}-{mode}.jsonl")
+    results = {m: results[m] for m in modes}  # the table's order, not the block's
+    ran_statics = [s for s in statics if s in results]
+    cmp = compare(schedule, results, ran_statics, n) if ran_statics else {}
+    if not args.json:
+        console.print(phase_table(f"{name}, block {block + 1}", n, schedule, results, slo_ms))
+    for mode, c in cmp.get("controllers", {}).items():
+        console.print(verdict_line(f"{name}, block {block + 1}", n, mode, c, cmp["best_static"]))
+    return {
+        "schedule": name, "instances": n, "block": block, "order": _block_order(modes, block),
+        "comparison": cmp, "modes": {m: r.to_dict() for m, r in results.items()},
+        "phases": [{"name": p.name, "rate_rps": p.rate_rps, "duration_s": p.duration_s}
+                   for p in schedule.phases],
+    }
+
+
 async def main_async(args: argparse.Namespace, console: Console,
                      logs: dict[str, bytes] | None = None) -> dict[str, Any]:
-    """Every part asked for; the controller runs' decision logs go into ``logs``
-    (``<schedule>-x<instances>-<mode>``)."""
+    """Every part asked for, each in ``args.blocks`` alternating blocks; the controller runs'
+    decision logs go into ``logs`` (``<schedule>-x<instances>-b<block>-<mode>``)."""
     logs = {} if logs is None else logs
     reload_cfg = load_yaml(EXAMPLES / "sidecar.yaml")
     gateway_cfg = load_yaml(EXAMPLES / "sidecar-gateway.yaml")
@@ -629,6 +566,7 @@ async def main_async(args: argparse.Namespace, console: Console,
         "slo_p95_ms": slo_ms,
         "reload_ladder": [p.name for p in reload_ladder],
         "gateway_ladder": [p.name for p in gateway_ladder],
+        "blocks": args.blocks,
         "runs": [],
     }
     for n in [int(x) for x in args.instances.split(",")]:
@@ -640,62 +578,56 @@ async def main_async(args: argparse.Namespace, console: Console,
                 )
                 bench = Bench(n, reload_ladder, gateway_ladder, tmp, stack, args.lead_in)
                 for name, schedule in schedules.items():
-                    console.print(
-                        f"[bold]{name}[/] ({schedule.duration_s:.0f} s per mode): {', '.join(modes)}"
-                    )
-                    results: dict[str, ClosedLoopResult] = {}
-                    for mode in modes:
-                        results[mode] = await bench.run(mode, schedule, slo_ms, console, args.seed)
-                        log = tmp / f"{mode}.jsonl"
-                        if log.exists():
-                            logs[f"{name}-x{n}-{mode}"] = log.read_bytes()
-                            if args.keep_logs:
-                                args.keep_logs.mkdir(parents=True, exist_ok=True)
-                                shutil.copy(log, args.keep_logs / f"{name}-x{n}-{mode}.jsonl")
-                    ran_statics = [s for s in statics if s in results]
-                    cmp = compare(schedule, results, ran_statics, n) if ran_statics else {}
-                    out["runs"].append(
-                        {
-                            "schedule": name,
-                            "instances": n,
-                            "comparison": cmp,
-                            "modes": {m: r.to_dict() for m, r in results.items()},
-                            "phases": [
-                                {"name": p.name, "rate_rps": p.rate_rps, "duration_s": p.duration_s}
-                                for p in schedule.phases
-                            ],
-                        }
-                    )
-                    if not args.json:
-                        console.print(phase_table(name, n, schedule, results, slo_ms))
-                    for mode, c in cmp.get("controllers", {}).items():
-                        console.print(verdict_line(name, n, mode, c, cmp["best_static"]))
+                    console.print(f"[bold]{name}[/] ({schedule.duration_s:.0f} s per mode), "
+                                  f"{args.blocks} blocks of: {', '.join(modes)}")
+                    for block in range(args.blocks):
+                        out["runs"].append(await _one_block(bench, name, schedule, block, modes, statics,
+                                                            slo_ms, args, console, logs))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
+def block_spreads(result: dict[str, Any]) -> dict[tuple[str, int, str], dict[str, Any]]:
+    """Per schedule, instance count and controller: each figure's median and spread over the
+    blocks (a run saved before blocks counts as one)."""
+    out: dict[tuple[str, int, str], dict[str, Any]] = {}
+    parts: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+    for run in result["runs"]:
+        for mode, c in run["comparison"].get("controllers", {}).items():
+            parts.setdefault((run["schedule"], run["instances"], mode), []).append(c)
+    for key, cs in parts.items():
+        summary = {}
+        for k in ("device_vs_default", "worst_excess_points", "low_p95_vs_default"):
+            got = spread([c[k] for c in cs])
+            summary[k] = None if got is None else got.to_dict()
+        summary["target_points"] = cs[0]["target_points"]
+        summary["bound"] = [(c.get("device_bound") or {}).get("device_vs_default") for c in cs]
+        out[key] = summary
+    return out
+
+
 def rows_for(result: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
-    for run in result["runs"]:
-        cmp = run["comparison"]
-        for mode, c in cmp.get("controllers", {}).items():
-            dev = c["device_vs_default"]
-            low = c["low_p95_vs_default"]
-            rows.append(
-                row(
-                    f"closed loop, {run['schedule']}, dense_mlp x {run['instances']}: controller by {mode}",
-                    f"worst phase {c['worst_excess_points']:+.1f} points over the best static "
-                    f"(target {c['target_points']:g}); device "
-                    f"{'-' if dev is None else f'{dev:.2f}x'} Triton's default (target {DEVICE_TARGET:g}x"
-                    f"{bound_note(c)}); "
-                    f"low-phase p95 {'-' if low is None else f'{low:.2f}x'} the default's",
-                    key=f"device_{run['schedule']}_{run['instances']}_{mode}",
-                    value=dev,
-                    unit="x",
-                    value_name="device",
-                )
-            )
+
+    def fmt(s: dict[str, Any] | None, f: str) -> str:
+        if not s:
+            return "-"
+        return f.format(s["median"]) + (f" (spread {s['spread']:.2f} over {s['runs']} blocks)"
+                                        if s["runs"] > 1 else "")
+
+    for (sched, n, mode), s in block_spreads(result).items():
+        bounds = [b for b in s["bound"] if b is not None]
+        bound = f"; per-phase bound {statistics.median(bounds):.2f}x" if bounds else ""
+        dev = s["device_vs_default"]
+        rows.append(row(
+            f"closed loop, {sched}, dense_mlp x {n}: controller by {mode}",
+            f"worst phase {fmt(s['worst_excess_points'], '{:+.1f}')} points over the best static (target "
+            f"{s['target_points']:g}); device {fmt(dev, '{:.2f}x')} Triton's default (target "
+            f"{DEVICE_TARGET:g}x{bound}); low-phase p95 {fmt(s['low_p95_vs_default'], '{:.2f}x')} the "
+            f"default's; the modes took turns on the CPU, block by block",
+            key=f"device_{sched}_{n}_{mode}", value=None if dev is None else dev["median"], unit="x",
+            value_name="device"))
     return rows
 
 
@@ -710,6 +642,8 @@ def main() -> None:
     ap.add_argument(
         "--modes", default="", help="comma-separated subset of the static profiles, reload, gateway"
     )
+    ap.add_argument("--blocks", type=int, default=3,
+                    help="alternating blocks: every mode once per block, in a rotated order (default 3)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--lead-in", type=float, default=60.0, metavar="S",
                     help="seconds the sidecar runs at the first phase's rate before a controller "
@@ -719,52 +653,16 @@ def main() -> None:
                     help="copy each controller mode's decision log into DIR")
     ap.add_argument("--no-save", action="store_true", help="do not write a result file (smoke runs)")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
-    ap.add_argument("--check-machine", action="store_true",
-                    help="about a minute: Triton's default alone on the bursts with two instances, "
-                    "against the saved runs of the same; exit 1 if this machine is slower than it "
-                    "was for them (run it before measuring; saves nothing)")
-    ap.add_argument("--save-anyway", action="store_true",
-                    help="save the result although Triton's default in it ran slower than in the "
-                    "saved runs of its schedule, or the machine's speed moved between its modes "
-                    "(the checks' verdicts are saved with it)")
     args = ap.parse_args()
+    if args.blocks < 1:
+        ap.error(f"--blocks {args.blocks}: must be >= 1")
     console = Console(stderr=args.json, width=200)
-    on_record = saved_runs(RESULTS_DIR)  # read before this run saves its own
-    if args.check_machine:
-        if not saved_default_phases(on_record, "bursty", 2):
-            print(f"closed_loop: --check-machine: no saved run of the bursts with two instances "
-                  f"under {RESULTS_DIR.relative_to(ROOT)} to compare with", file=sys.stderr)
-            raise SystemExit(2)
-        args.schedule, args.instances, args.modes, args.no_save = ["bursty"], "2", "triton-default", True
     logs: dict[str, bytes] = {}
     result = asyncio.run(main_async(args, console, logs))
-    # Every run with the default in it is checked against the saved runs of its schedule
-    # before it may replace them: a machine that slowed down during the run shows here.
-    checks = []
-    for run in result["runs"]:
-        default = run["modes"].get("triton-default")
-        saved = saved_default_phases(on_record, run["schedule"], run["instances"])
-        drift = drift_check(run["modes"])
-        if drift is not None:
-            checks.append(drift[0])
-            run["drift_check"] = {"ok": drift[0], "message": drift[1]}
-            console.print(f"{run['schedule']} x {run['instances']}: {drift[1]}")
-        if not default or not any(saved.get(p["name"]) for p in default["phases"]):
-            continue  # a new schedule, or a run without the default: nothing to compare
-        ok, text = machine_check(default["phases"], saved)
-        checks.append(ok)
-        run["machine_check"] = {"ok": ok, "message": text}
-        console.print(f"{run['schedule']} x {run['instances']}: {text}")
-    slow = not all(checks)
-    if args.check_machine:
-        if args.json:
-            print(json.dumps(result["runs"][0]["machine_check"], indent=1))
-        raise SystemExit(1 if slow else 0)
+    result["spreads"] = {f"{s}-x{n}-{m}": v for (s, n, m), v in block_spreads(result).items()}
+    for line in rows_for(result):
+        console.print(f"{line['what']}: {line['figure']}")
     if not args.no_save:
-        if slow and not args.save_anyway:
-            console.print("closed_loop: not saved: a machine or drift check failed (above); run again "
-                          "when `closed_loop.py --check-machine` passes, or pass --save-anyway")
-            raise SystemExit(1)
         # Beside the result, its decision logs: tests/unit/test_results_replay.py replays
         # them through the shipped policy, so the figures on record describe it.
         save_logs(save_result("closed_loop", result, rows_for(result)), logs)

@@ -114,81 +114,29 @@ def test_saved_bound_is_the_functions(path: Path) -> None:
             assert c["device_bound"] == want, (path.name, mode)
 
 
-# -- the machine check: the default's phases against the saved runs' -----------------------
-
-SAVED = {
-    "low": [("a", {"name": "low", "device_ms": 7.9, "over_slo_share": 0.0}),
-            ("b", {"name": "low", "device_ms": 8.0, "over_slo_share": 0.0})],
-    "idle": [("a", {"name": "idle", "device_ms": None, "over_slo_share": 0.0})],
-    "burst": [("a", {"name": "burst", "device_ms": 3.65, "over_slo_share": 0.002}),
-              ("b", {"name": "burst", "device_ms": 3.75, "over_slo_share": 0.008})],
-}
+# -- alternating blocks: the modes take turns on the CPU ---------------------------------------
 
 
-def phases(burst_ms: float | None, burst_share: float, low_ms: float = 7.8) -> list[dict[str, Any]]:
-    return [{"name": "low", "device_ms": low_ms, "over_slo_share": 0.0},
-            {"name": "idle", "device_ms": None, "over_slo_share": 0.0},
-            {"name": "burst", "device_ms": burst_ms, "over_slo_share": burst_share},
-            {"name": "tail", "device_ms": 9.9, "over_slo_share": 0.5}]  # no saved reading: not judged
+def test_each_block_rotates_the_modes_turn() -> None:
+    modes = ["triton-default", "efficient", "reload", "gateway"]
+    orders = [cl._block_order(modes, b) for b in range(4)]
+    assert orders[1] == ["efficient", "reload", "gateway", "triton-default"]
+    assert [o[0] for o in orders] == modes  # each mode runs first once in four blocks
+    assert cl._block_order(modes, 4) == modes
 
 
-@pytest.mark.parametrize(
-    ("run", "ok", "worst"),
-    [
-        (phases(3.70, 0.005), True, "burst: 3.70 ms a request, 0.99x"),  # as the saved runs
-        (phases(4.10, 0.020), True, "burst: 4.10 ms a request, 1.09x"),  # 1.2 points more over
-        (phases(4.20, 0.005), False, "burst: 4.20 ms a request, 1.12x"),  # 15:37 read 4.38
-        (phases(3.70, 0.030), False, "+2.2 points"),  # as fast, but more over the SLO
-        (phases(3.70, 0.005, low_ms=11.7), False, "low: 11.70 ms a request, 1.46x"),  # 18:07
-        (phases(None, 0.005), False, "burst: no reading"),  # nothing to tell the speed by
-    ],
-)
-def test_machine_check(run: list[dict[str, Any]], ok: bool, worst: str) -> None:
-    passed, text = cl.machine_check(run, SAVED)
-    assert passed is ok, text
-    assert ("SLOWER" in text) is (not ok) and worst in text
+def controllers(dev: float, worst: float) -> dict[str, Any]:
+    c = {"device_vs_default": dev, "worst_excess_points": worst, "low_p95_vs_default": 1.0,
+         "target_points": 3.0, "device_bound": {"device_vs_default": 0.8}}
+    return {"comparison": {"controllers": {"reload": c}}}
 
 
-def test_the_machine_check_reads_the_current_runs() -> None:
-    runs = cl.saved_runs(RESULTS)
-    saved = cl.saved_default_phases(runs, "bursty", 2)
-    assert len(saved["burst"]) >= 3 and all(p["device_ms"] for _, p in saved["burst"])
-    assert cl.saved_default_phases(runs, "bursty", 7) == {}
-    with pytest.raises(ValueError):
-        cl.machine_check([{"name": "burst", "device_ms": 3.7, "over_slo_share": 0.0}], {})
-
-
-def modes(**first: tuple[float | None, dict[str, float]]) -> dict[str, dict[str, Any]]:
-    return {m: {"phases": [{"name": "low", "device_ms": dev, "profiles": prof}]}
-            for m, (dev, prof) in first.items()}
-
-
-DEFAULT = {"triton-default": 1.0}
-
-
-@pytest.mark.parametrize(
-    ("run", "ok"),
-    [
-        # 2026-11-30 20:57: the same work within 2%; efficient batches, so it does not count
-        (modes(**{"triton-default": (8.00, DEFAULT), "efficient": (7.25, {"efficient": 1.0}),
-                  "reload": (8.14, DEFAULT), "gateway": (8.01, DEFAULT)}), True),
-        # 2026-12-01 19:02: the machine slowed down between the default and the controllers
-        (modes(**{"triton-default": (6.50, DEFAULT), "reload": (8.90, DEFAULT),
-                  "gateway": (8.37, DEFAULT)}), False),
-        # a controller that moved during the first phase served part of it elsewhere
-        (modes(**{"triton-default": (6.50, DEFAULT),
-                  "gateway": (8.90, {"triton-default": 0.6, "efficient": 0.4})}), None),
-        (modes(**{"triton-default": (6.50, DEFAULT), "reload": (None, DEFAULT)}), None),
-    ],
-)
-def test_drift_check(run: dict[str, dict[str, Any]], ok: bool | None) -> None:
-    verdict = cl.drift_check(run)
-    assert (None if verdict is None else verdict[0]) is ok, verdict
-
-
-@pytest.mark.parametrize("path", current_files(), ids=lambda p: p.stem)
-def test_every_saved_run_passes_the_drift_check(path: Path) -> None:
-    doc = json.loads(path.read_text(encoding="utf-8"))
-    for run in doc["data"]["runs"]:
-        verdict = cl.drift_check(run["modes"])
-        assert verdict is None or verdict[0], (path.name, verdict)
+def test_the_blocks_give_a_median_and_a_spread_per_controller() -> None:
+    runs = [{"schedule": "step", "instances": 2, "block": b, **controllers(d, w)}
+            for b, (d, w) in enumerate([(0.80, 0.5), (0.86, 0.1), (0.82, 2.0)])]
+    got = cl.block_spreads({"runs": runs})[("step", 2, "reload")]
+    assert got["device_vs_default"]["median"] == pytest.approx(0.82)
+    assert got["device_vs_default"]["spread"] == pytest.approx(0.06)
+    assert got["worst_excess_points"]["median"] == pytest.approx(0.5)
+    (row,) = cl.rows_for({"runs": runs})
+    assert row["value"] == pytest.approx(0.82) and "spread 0.06 over 3 blocks" in row["figure"]
