@@ -41,6 +41,9 @@ BENCHMARKS = [
     # newest run of each command line, so these are the lines to re-run).
     *[(f"closed_loop-{s}-{n}", "closed_loop", ["--schedule", s, "--instances", str(n)])
       for n in (1, 2) for s in ("step", "bursty", "ramp", "rise-fall")],
+    # The shared GPU, every mode at once, one schedule each (the T4 curve, examples/sidecar-t4.yaml).
+    *[(f"shared_gpu-{s}", "shared_gpu", ["--config", "examples/sidecar-t4.yaml", "--schedule", s])
+      for s in ("step", "bursty", "ramp", "rise-fall")],
     ("demo", "demo", []),
     ("faults", "faults", []),
     # soak.py (30 min) is not here: run it on its own (docs/benchmarks.md).

@@ -257,68 +257,67 @@ def measure(
 @app.command()
 def demo(
     schedule: Annotated[
-        Path | None, typer.Option(help="Load schedule (default: examples/schedules/demo.yaml).")
+        Path | None, typer.Option(help="Load schedule with co-tenants "
+                                       "(default: examples/schedules/demo.yaml).")
     ] = None,
     config: Annotated[
-        Path | None, typer.Option(help="Sidecar config (default: examples/sidecar.yaml).")
+        Path | None, typer.Option(help="Sidecar config; its policy.curve is the emulated GPU's "
+                                       "(default: examples/sidecar-t4.yaml).")
     ] = None,
     instances: Annotated[
-        int, typer.Option(help="dense_mlp's instance count in every run (with one, Triton's default "
-                               "is the answer on a 2-core CPU: docs/ladders.md).")
-    ] = 2,
+        int | None, typer.Option(help="The model's instance count in every run (default: the profiles').")
+    ] = None,
     lead_in: Annotated[
-        float, typer.Option(help="Seconds the sidecar runs at the first phase's rate before its run, "
-                                 "unmeasured (its p95 rules wait 60 s after its start).")
+        float, typer.Option(help="Seconds every run spends at the first phase's rate first, unmeasured "
+                                 "(the sidecar's p95 rules wait 60 s after its start).")
     ] = 60.0,
     plot: Annotated[
-        Path | None,
-        typer.Option(help="Write the controller's timeline to this file (.png if no suffix; "
-                          "a directory is refused)."),
-    ] = None,
+        Path, typer.Option(help="Write the runs over time here (.png if no suffix; a directory is refused): "
+                                "p95 and the profile in force, and each GPU's busy by tenant.")
+    ] = Path("out/demo.png"),
     keep: Annotated[
-        Path | None, typer.Option(help="Keep the decision log in this folder (made if missing).")
+        Path | None, typer.Option(help="Keep the servers' logs and the decision log in this folder.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the runs and comparisons as JSON.")] = False,
 ) -> None:
-    """The controller against Triton's default and a static profile: embedded Triton + dense_mlp,
-    the same step load three times (~3 min with the sidecar's lead-in), compared on latency and
-    on device time.
+    """The controller on a shared GPU against Triton's default and a static profile: the three at
+    the same time, each on its own emulated GPU with the same co-tenants arriving mid-run, fed the
+    same requests (~2 min with the lead-in); compared on the SLO, device time and what the
+    co-tenants got.
 
-    Example: autobatch demo --plot timeline.png
+    Example: autobatch demo --plot demo.png
     """
     from autobatch.cli.views import (
         DemoView,
         demo_table,
         demo_verdict_lines,
+        plot_demo,
         plot_file,
-        plot_timeline,
         switches_table,
     )
     from autobatch.lab.demo import run_demo
     from autobatch.lab.paths import check_folder
 
-    # Every flag is checked before Triton starts; the run takes minutes.
-    if instances < 1:
+    # Every flag is checked before a server starts; the run takes minutes.
+    if instances is not None and instances < 1:
         raise ConfigError(f"instances = {instances}: must be an integer >= 1")
     console = err if as_json else out
     if not (math.isfinite(lead_in) and lead_in >= 0):
         raise ConfigError(f"lead_in = {lead_in:g}: must be a finite number >= 0 seconds")
     if keep is not None:
         check_folder(keep, "keep")
-    if plot is not None:
-        plot = plot_file(plot)
+    plot = plot_file(plot)
     done = run_demo(schedule_path=schedule, config_path=config, workdir=keep,
                     observer=DemoView(console), instances=instances, lead_in_s=lead_in)
-    result = done.result
-    if result.switches:
-        console.print(switches_table(result))
+    console.print(switches_table(done))
     console.print(demo_table(done))
     for line in demo_verdict_lines(done):
         console.print(line)
-    failed = sum(sum(p.failures.values()) for r in done.runs.values() for p in r.phases)
-    requests = sum(len(r.report.records) for r in done.runs.values())
-    console.print(f"{requests} requests, {failed} failed. Decision log: {done.decision_log or '(temporary)'}")
-    if plot is not None:
-        console.print(f"timeline written to {plot_timeline(result, plot)}")
+    phases = [p for r in done.runs.values() for p in r["phases"]]
+    failed = sum(sum(p["failures"].values()) for p in phases)
+    console.print(f"{sum(p['requests'] for p in phases)} requests, {failed} failed; our processes used "
+                  f"{done.cpu_cores.get('ours', 0):.2f} cores. "
+                  f"Decision log: {done.decision_log or '(temporary)'}")
+    console.print(f"the runs over time: {plot_demo(done, plot)}")
     if as_json:
         print_json(done.to_dict())

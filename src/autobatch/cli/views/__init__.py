@@ -2,7 +2,7 @@
 
 Library functions return values (a :class:`~autobatch.plan.planner.Plan`, a
 :class:`~autobatch.load.LoadReport`, a :class:`~autobatch.signals.Window`, a
-:class:`~autobatch.lab.closed_loop.ClosedLoopResult`, ...); the modules here
+:class:`~autobatch.lab.demo.DemoResult`, ...); the modules here
 turn them into rich renderables, one module per command group as in ``cli/``
 (:mod:`.planner`, :mod:`.traffic`, :mod:`.lab`, :mod:`.sidecar`, :mod:`.device`), or draw them
 with matplotlib (:mod:`.plots`, imported only when a plot is asked for). Every
@@ -29,7 +29,7 @@ from autobatch.cli.views.planner import (
     switching_renderable,
     switching_table,
 )
-from autobatch.cli.views.plots import plot_file, plot_plan, plot_timeline
+from autobatch.cli.views.plots import plot_demo, plot_file, plot_plan
 from autobatch.cli.views.sidecar import replay_summary, replay_table, status_table
 from autobatch.cli.views.traffic import LiveStatus, failure_lines, report_table, window_table
 
@@ -44,9 +44,9 @@ __all__ = [
     "failure_lines",
     "lanes_renderable",
     "plan_renderable",
+    "plot_demo",
     "plot_file",
     "plot_plan",
-    "plot_timeline",
     "replay_summary",
     "replay_table",
     "report_table",

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from autobatch.errors import ConfigError
-from autobatch.lab.closed_loop import ClosedLoopResult
+from autobatch.lab.demo import CONTROLLER, DemoResult
 from autobatch.plan.planner import Plan
 
 
@@ -101,33 +101,47 @@ def plot_plan(plan: Plan, path: str | Path) -> Path:
     return p
 
 
-def plot_timeline(result: ClosedLoopResult, path: Path) -> Path:
-    """Latency, load and the live profile over time (matplotlib, the ``plot`` extra); returns
-    the file written (:func:`plot_file`)."""
+def plot_demo(result: DemoResult, path: Path) -> Path:
+    """The demo's three runs over time (matplotlib, the ``plot`` extra): each mode's p95 against
+    the SLO with the co-tenants' phases shaded, the profile the controller had in force, and each
+    mode's GPU busy by tenant; returns the file written (:func:`plot_file`)."""
     plt = _matplotlib()
     path = plot_file(path)
-    recs = [r for r in result.report.records if r.sent_s is not None and r.latency_ms is not None]
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 6), sharex=True,
-                                   gridspec_kw={"height_ratios": [3, 1]})
-    ax1.scatter([r.sent_s for r in recs], [r.latency_ms for r in recs], s=2, alpha=0.3,
-                label="request latency (client)")
-    ts = [s.t_s for s in result.samples]
-    ax1.plot(ts, [s.p95_ms if s.p95_ms is not None else float("nan") for s in result.samples],
-             color="black", label="p95, last 2 s")
-    ax1.axhline(result.slo_p95_ms, color="red", linestyle="--", label="SLO p95")
-    ax1.set_yscale("log")
-    ax1.set_ylabel("ms")
-    ax1.legend(loc="upper right", fontsize=8)
-    for sw in result.switches:
-        for ax in (ax1, ax2):
-            ax.axvline(sw.t_s, color="gray", linewidth=0.8)
-        ax1.annotate(f"-> {sw.to}\n({sw.reason})", (sw.t_s, result.slo_p95_ms), fontsize=7,
-                     rotation=90, va="bottom")
-    ax2.step(ts, [s.target_rps for s in result.samples], where="post", label="offered /s")
-    ax2.plot(ts, [s.completed_rps for s in result.samples], label="completed /s")
-    ax2.set_xlabel("seconds")
-    ax2.legend(loc="upper right", fontsize=8)
-    fig.suptitle(f"{result.mode}: profile switches marked")
+    names = list(result.runs)
+    fig, axes = plt.subplots(2 + len(names), 1, figsize=(10, 3 + 1.6 * (1 + len(names))), sharex=True,
+                             gridspec_kw={"height_ratios": [3, 1] + [1.2] * len(names)})
+    ax, prof = axes[0], axes[1]
+    lead = result.setup.lead_in_s
+    starts = result.setup.schedule.starts_s
+    for a in axes:
+        for s, ph in zip(starts, result.setup.schedule.phases):
+            if ph.cotenants:
+                a.axvspan(lead + s, lead + s + ph.duration_s, color="orange", alpha=0.12, linewidth=0)
+        if lead > 0:
+            a.axvspan(0, lead, color="grey", alpha=0.08, linewidth=0)
+    for name in names:
+        tl = result.runs[name].get("timeline") or []
+        p95 = [x["p95_ms"] if x["p95_ms"] is not None else float("nan") for x in tl]
+        ax.plot([x["t_s"] for x in tl], p95, label=name)
+    ax.axhline(result.slo_p95_ms, color="red", linestyle="--", label=f"SLO p95 {result.slo_p95_ms:g} ms")
+    ax.set_ylabel("p95 ms (last 2 s)")
+    ax.legend(loc="upper left", fontsize=8)
+    ladder = [p.name for p in result.setup.config.profiles]
+    tl = result.runs[CONTROLLER].get("timeline") or []
+    prof.step([x["t_s"] for x in tl], [ladder.index(x["active"]) if x["active"] in ladder else float("nan")
+                                       for x in tl], where="post", color="black")
+    prof.set_yticks(range(len(ladder)), ladder, fontsize=7)
+    prof.set_ylabel("controller", fontsize=8)
+    for a, name in zip(axes[2:], names):
+        tl = result.runs[name].get("timeline") or []
+        tenants = sorted({k for x in tl for k in x["busy_by_tenant"]}, key=lambda k: (k != "model", k))
+        a.stackplot([x["t_s"] for x in tl], [[x["busy_by_tenant"].get(k, 0.0) for x in tl] for k in tenants],
+                    labels=tenants, alpha=0.8)
+        a.set_ylim(0, 1.05)
+        a.set_ylabel(f"{name}\nGPU busy", fontsize=8)
+        a.legend(loc="upper left", fontsize=7, ncol=len(tenants))
+    axes[-1].set_xlabel("seconds (grey: the unmeasured lead-in; orange: co-tenants on every GPU)")
+    fig.suptitle(f"autobatch demo: {result.setup.config.model} on an emulated GPU ({result.setup.curve})")
     fig.tight_layout()
     try:
         _save(fig, path, "plot", dpi=110)
