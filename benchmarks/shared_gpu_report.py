@@ -16,11 +16,19 @@ __all__ = ["cotenant_figures", "headroom", "headroom_line", "merged_modes", "pri
 CONTROLLERS = ("reload", "gateway")
 
 
+BESIDE = "triton-default beside the controllers"
+"""The default of the controllers' group, when the static profiles ran in another: the
+baseline of the controllers' ratios, shown so the groups' conditions can be compared."""
+
+
 def merged_modes(run: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """One repeat's modes by name: each from its group; Triton's default from the last group
-    holding it (beside the other static profiles, as the verdicts take it)."""
+    holding it (beside the other static profiles, as the verdicts take it), and the
+    controllers' own default as :data:`BESIDE` when that was another group."""
     out: dict[str, dict[str, Any]] = {}
     for g in run["groups"]:
+        if len(run["groups"]) > 1 and set(CONTROLLERS) & set(g["modes"]):
+            out[BESIDE] = g["modes"]["triton-default"]
         out.update(g["modes"])
     return out
 
@@ -90,6 +98,8 @@ def cotenant_figures(result: Mapping[str, Any]) -> dict[str, dict[str, float | N
     out: dict[str, dict[str, float | None]] = {}
     runs = [merged_modes(r) for r in result["runs"]]
     for m in runs[0]:
+        if m == BESIDE:
+            continue
         reps = [r[m].get("cotenants") for r in runs if m in r and r[m].get("cotenants")]
         if not reps:
             continue
