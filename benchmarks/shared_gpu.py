@@ -33,12 +33,13 @@ from rich.console import Console
 
 from autobatch.config import load_yaml
 from autobatch.controller.config import load_sidecar_config
-from autobatch.cotenants import parse_cotenants
 from autobatch.curve import load_curve
 from autobatch.device.settings import DeviceSettings, load_device_config
 from autobatch.lab.sidebyside import Comparison, StackSetup, modes_for, run_comparison
+from autobatch.plan.simulator.device import load_shared_device
 from autobatch.profiles import load_profiles
 from autobatch.schedule import load_schedule
+from autobatch.sharing import SharingModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from record import save_result  # noqa: E402
@@ -76,8 +77,10 @@ def comparison(args: argparse.Namespace, name: str, path: Path, gateway: Path) -
     if curve is None:
         raise SystemExit(f"shared_gpu: {args.config}: policy.curve is not set; give --curve")
     schedule = load_schedule(path)
-    # The jobs as declared: the run places them on its schedule, the lead-in in front.
-    jobs = parse_cotenants(load_yaml(path), str(path), path.parent)
+    # The jobs as declared (the run places them on its schedule, the lead-in in front) and the
+    # device's sharing, read as `autobatch simulate` reads them: the simulator's run compares.
+    shared = load_shared_device(cotenants=args.cotenants, schedule=path)
+    jobs = shared.cotenants if shared else ()
     ladder = tuple(cfg.profiles)
     folder = Path(ladder[0].source).parent
     default = next((p for p in ladder if p.name == "triton-default"), None) or \
@@ -86,7 +89,8 @@ def comparison(args: argparse.Namespace, name: str, path: Path, gateway: Path) -
         raise SystemExit(f"shared_gpu: no triton-default profile in the ladder or in {folder}")
     start = next((p for p in ladder if p.name == cfg.initial_profile), ladder[0]) \
         if getattr(cfg, "initial_profile", None) else ladder[0]
-    device = load_device_config(args.device_config) if args.device_config else DeviceSettings()
+    device = load_device_config(args.device_config) if args.device_config else \
+        DeviceSettings(sharing=shared.sharing if shared else SharingModel())
     setup = StackSetup(model=cfg.model, curve=curve, device=device, ladder=ladder,
                        sidecar_config=Path(args.config), gateway_config=gateway)
     modes = modes_for(ladder, default, start, args.modes.split(",") if args.modes else None)
@@ -95,7 +99,8 @@ def comparison(args: argparse.Namespace, name: str, path: Path, gateway: Path) -
         cotenants=jobs, seed=args.seed, repeats=args.repeats, group_size=args.group_size,
         lead_in_s=args.lead_in, interval_s=cfg.interval_s, keep=args.keep,
         extra={"config": _rel(args.config), "schedule_file": _rel(path),
-               **({"gateway_config": _rel(args.gateway_config)} if args.gateway_config else {})})
+               **({"gateway_config": _rel(args.gateway_config)} if args.gateway_config else {}),
+               **({"cotenants_file": _rel(args.cotenants)} if args.cotenants else {})})
 
 
 def _rel(path: Path) -> str:
@@ -127,7 +132,9 @@ def main() -> None:
     ap.add_argument("--curve", type=Path, default=None, help="the emulated model's curve (default: the "
                     "config's policy.curve)")
     ap.add_argument("--device-config", type=Path, default=None, help="the emulated GPU's settings "
-                    "(default: timeslice, 2 ms quantum)")
+                    "(default: the co-tenant file's sharing, else timeslice with a 2 ms quantum)")
+    ap.add_argument("--cotenants", type=Path, default=None, help="co-tenant jobs (and sharing) for "
+                    "every schedule, as `autobatch simulate --cotenants` (default: the schedule's own)")
     ap.add_argument("--schedule", action="append", help="a schedule name or file; repeatable")
     ap.add_argument("--modes", default="", help="comma-separated subset (the default always runs)")
     ap.add_argument("--repeats", type=int, default=3)
