@@ -115,6 +115,7 @@ def test_reaction_from_each_arrival_to_the_first_switch_after_it() -> None:
     got = reactions(decisions, [30.0, 60.0], end_s=90.0, interval_s=1.0)
     got_ = [(r.decision_s, r.windows, r.reason) for r in got]
     assert got_ == [(2.0, 2.0, "slo_breach"), (None, None, None)]
+    assert reactions(decisions, [], end_s=90.0, interval_s=1.0) == []  # no co-tenant ever arrives
 
 
 def test_spread_is_max_minus_min_and_the_median_of_what_exists() -> None:

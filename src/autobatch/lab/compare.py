@@ -186,10 +186,11 @@ def _loses(static: Mapping[str, Any], ctrl: Mapping[str, Any]) -> str | None:
 
 def controller_verdict(mode: str, ctrl: Mapping[str, Any], statics: Mapping[str, Mapping[str, Any]],
                        default: Mapping[str, Any], durations: Sequence[float],
-                       react_s: float) -> ControllerVerdict:
+                       react_s: float, kind: str | None = None) -> ControllerVerdict:
     """``ctrl`` (a controller's run: ``phases`` and ``device_ms``) against the ``statics``
     (by mode, Triton's default among them) and ``default`` (the default run of the
-    controller's own group: the same time, the same machine)."""
+    controller's own group: the same time, the same machine). ``kind`` (reload or gateway)
+    sets the target; the mode's name when not given."""
     phases = {m: r["phases"] for m, r in statics.items()}
     best = best_shares(phases)
     excess = tuple(None if b is None else round(100.0 * (p["over_slo_share"] - b), 3)
@@ -199,7 +200,7 @@ def controller_verdict(mode: str, ctrl: Mapping[str, Any], statics: Mapping[str,
     orc = oracle(phases, durations, react_s)
     return ControllerVerdict(
         mode=mode,
-        target_points=CONTROLLER_POINTS.get(mode, min(CONTROLLER_POINTS.values())),
+        target_points=CONTROLLER_POINTS.get(kind or mode, min(CONTROLLER_POINTS.values())),
         excess_points=excess,
         worst_phase=None if worst is None else ctrl["phases"][worst[1]]["name"],
         worst_excess_points=None if worst is None else worst[0],
@@ -248,7 +249,9 @@ def reactions(decisions: Sequence[Mapping[str, Any]], arrivals_s: Sequence[float
     """For each arrival (seconds into the run), the first ``switch`` decision at or after it
     and before the next arrival (or ``end_s``). ``decisions``: ``t_s``, ``action``,
     ``reason``, ``target`` each, on the same clock."""
-    out = []
+    out: list[Reaction] = []
+    if not arrivals_s:
+        return out
     bounds = [*arrivals_s[1:], end_s]
     for a, b in zip(arrivals_s, bounds, strict=True):
         first = next((d for d in sorted(decisions, key=lambda d: d["t_s"])
