@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/shared_gpu.py --config examples/sidecar-t4.yaml \
         --schedule examples/schedules/cotenants-step.yaml [--schedule step ...] \
-        [--repeats 3] [--group-size 3] [--lead-in 60] [--modes ...] [--no-save] [--json]
+        [--repeats 3] [--group-size 3] [--lead-in 60] [--modes ...] [--no-save] [--json] \
+        [--variant reload-nofreed=reload:policy.efficiency.min_freed_share=0]
 
 Every mode runs at once, each on its own emulated GPU (an ``autobatch device``
 process with the same sharing policy, the schedule's co-tenant jobs on it at
@@ -55,23 +56,52 @@ def schedule_path(name: str) -> Path:
     return p if p.suffix in (".yaml", ".yml") else EXAMPLES / "schedules" / f"{name}.yaml"
 
 
-def gateway_config(config: Path, out: Path) -> Path:
-    """``config`` with examples/sidecar-gateway.yaml's actuator (its variants are set per run)."""
-    data = dict(load_yaml(config))
-    act = dict(load_yaml(EXAMPLES / "sidecar-gateway.yaml")["actuator"])
-    act["guard"] = {**dict(act.get("guard") or {}), "p95_ms": float(data["slo"]["p95_ms"])}
-    data["actuator"] = act
+def _absolute_paths(data: dict[str, Any], config: Path) -> dict[str, Any]:
     here = config.resolve().parent
     for section, key in (("profiles", "dir"), ("policy", "curve"), ("server", "token_file")):
         sub = dict(data.get(section) or {})
         if sub.get(key):
             sub[key] = str((here / sub[key]).resolve())
             data[section] = sub
-    out.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return data
+
+
+def gateway_config(config: Path, out: Path) -> Path:
+    """``config`` with examples/sidecar-gateway.yaml's actuator (its variants are set per run)."""
+    data = dict(load_yaml(config))
+    act = dict(load_yaml(EXAMPLES / "sidecar-gateway.yaml")["actuator"])
+    act["guard"] = {**dict(act.get("guard") or {}), "p95_ms": float(data["slo"]["p95_ms"])}
+    data["actuator"] = act
+    out.write_text(yaml.safe_dump(_absolute_paths(data, config), sort_keys=False), encoding="utf-8")
     return out
 
 
-def comparison(args: argparse.Namespace, name: str, path: Path, gateway: Path) -> Comparison:
+def variant(spec: str, reload: Path, gateway: Path, folder: Path) -> tuple[str, str, Path]:
+    """``NAME=KIND[:a.b.c=VALUE,...]``: a controller beside the usual two, its kind's config with
+    each dotted key set to the YAML value (e.g. ``policy.efficiency.min_freed_share=0``)."""
+    name, _, rest = spec.partition("=")
+    kind, _, sets = rest.partition(":")
+    if not name or kind not in ("reload", "gateway"):
+        raise SystemExit(f"shared_gpu: --variant {spec!r}: want NAME=reload|gateway[:a.b=VALUE,...]")
+    base = reload if kind == "reload" else gateway
+    data = _absolute_paths(dict(load_yaml(base)), base)
+    for item in filter(None, sets.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise SystemExit(f"shared_gpu: --variant {spec!r}: {item!r} is not KEY=VALUE")
+        *path, last = key.split(".")
+        node = data
+        for k in path:
+            node[k] = dict(node.get(k) or {})
+            node = node[k]
+        node[last] = yaml.safe_load(value)
+    out = folder / f"variant-{name}.yaml"
+    out.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return name, kind, out
+
+
+def comparison(args: argparse.Namespace, name: str, path: Path, gateway: Path,
+               variants: list[tuple[str, str, Path]]) -> Comparison:
     cfg = load_sidecar_config(args.config)
     curve = load_curve(args.curve) if args.curve else cfg.policy.curve
     if curve is None:
@@ -93,14 +123,15 @@ def comparison(args: argparse.Namespace, name: str, path: Path, gateway: Path) -
         DeviceSettings(sharing=shared.sharing if shared else SharingModel())
     setup = StackSetup(model=cfg.model, curve=curve, device=device, ladder=ladder,
                        sidecar_config=Path(args.config), gateway_config=gateway)
-    modes = modes_for(ladder, default, start, args.modes.split(",") if args.modes else None)
+    modes = modes_for(ladder, default, start, args.modes.split(",") if args.modes else None, variants)
     return Comparison(
         name=name, schedule=schedule, setup=setup, modes=tuple(modes), slo_p95_ms=cfg.policy.slo_p95_ms,
         cotenants=jobs, seed=args.seed, repeats=args.repeats, group_size=args.group_size,
         lead_in_s=args.lead_in, interval_s=cfg.interval_s, keep=args.keep,
         extra={"config": _rel(args.config), "schedule_file": _rel(path),
                **({"gateway_config": _rel(args.gateway_config)} if args.gateway_config else {}),
-               **({"cotenants_file": _rel(args.cotenants)} if args.cotenants else {})})
+               **({"cotenants_file": _rel(args.cotenants)} if args.cotenants else {}),
+               **({"variants": args.variant} if args.variant else {})})
 
 
 def _rel(path: Path) -> str:
@@ -137,6 +168,8 @@ def main() -> None:
                     "every schedule, as `autobatch simulate --cotenants` (default: the schedule's own)")
     ap.add_argument("--schedule", action="append", help="a schedule name or file; repeatable")
     ap.add_argument("--modes", default="", help="comma-separated subset (the default always runs)")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=KIND[:KEY=VALUE,...]",
+                    help="another controller mode: its kind's config with dotted keys set; repeatable")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--group-size", type=int, default=3, help="modes at once (the default among them)")
     ap.add_argument("--lead-in", type=float, default=60.0, metavar="S")
@@ -149,9 +182,10 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="ab-shared-gpu-"))
     try:
         gateway = args.gateway_config or gateway_config(args.config, tmp / "gateway.yaml")
+        variants = [variant(v, args.config, gateway, tmp) for v in args.variant]
         for s in args.schedule or SCHEDULES:
             path = schedule_path(s)
-            cmp = comparison(args, path.stem, path, gateway)
+            cmp = comparison(args, path.stem, path, gateway, variants)
             result = run_comparison(cmp, lambda line: console.print(line, style="dim"))
             print_comparison(console, result)
             saved, logs = strip(result)

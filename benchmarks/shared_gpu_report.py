@@ -16,6 +16,11 @@ __all__ = ["cotenant_figures", "headroom", "headroom_line", "merged_modes", "pri
 CONTROLLERS = ("reload", "gateway")
 
 
+def controllers(result: Mapping[str, Any]) -> list[str]:
+    """The controller modes of a result (the usual two, and any variant the run added)."""
+    return list(result.get("controllers") or CONTROLLERS)
+
+
 BESIDE = "triton-default beside the controllers"
 """The default of the controllers' group, when the static profiles ran in another: the
 baseline of the controllers' ratios, shown so the groups' conditions can be compared."""
@@ -27,7 +32,7 @@ def merged_modes(run: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     controllers' own default as :data:`BESIDE` when that was another group."""
     out: dict[str, dict[str, Any]] = {}
     for g in run["groups"]:
-        if len(run["groups"]) > 1 and set(CONTROLLERS) & set(g["modes"]):
+        if len(run["groups"]) > 1 and set(CONTROLLERS) & set(g["modes"]):  # variants run beside these
             out[BESIDE] = g["modes"]["triton-default"]
         out.update(g["modes"])
     return out
@@ -61,7 +66,7 @@ def phase_table(result: Mapping[str, Any]) -> Table:
             dev = _median([p["device_ms"] for p in ps])
             cell = (f"{share:.1%} / {p95 or 0:.0f} / " if share is not None else "- / ") + \
                 ("-" if dev is None else f"{dev:.2f}")
-            if m in CONTROLLERS and ps and ps[0]["profiles"]:
+            if m in controllers(result) and ps and ps[0]["profiles"]:
                 cell += escape(f" [{max(ps[0]['profiles'].items(), key=lambda kv: kv[1])[0]}]")
             cells.append(cell)
         t.add_row(ph["name"], f"{ph['rate_rps']:g}", str(ph.get("cotenants") or 0), *cells)
@@ -133,7 +138,7 @@ def headroom(result: Mapping[str, Any]) -> dict[str, Any]:
 
 def print_comparison(console: Console, result: Mapping[str, Any]) -> None:
     console.print(phase_table(result))
-    for mode in CONTROLLERS:
+    for mode in controllers(result):
         if mode in result["summary"]:
             console.print(verdict_line(result, mode))
     single = result["summary"]["single_static"]
@@ -163,7 +168,7 @@ def rows_for(result: Mapping[str, Any]) -> list[dict[str, Any]]:
     rows = []
     sched = result["schedule"]
     n = len(result["runs"])
-    for mode in CONTROLLERS:
+    for mode in controllers(result):
         if mode not in result["summary"]:
             continue
         dv = result["summary"][mode].get("device_vs_default")

@@ -49,6 +49,20 @@ def test_the_modes_are_the_default_every_other_rung_and_both_controllers() -> No
         modes_for(LADDER, LADDER[0], LADDER[0], ["fast"])
 
 
+def test_a_variant_is_a_controller_with_its_own_config_beside_the_two() -> None:
+    modes = modes_for(LADDER, LADDER[0], LADDER[0], None, [("reload-off", "reload", Path("off.yaml"))])
+    extra = modes[-1]
+    assert (extra.name, extra.kind, extra.controller, extra.config) == ("reload-off", "reload", True,
+                                                                        Path("off.yaml"))
+    assert [m.name for m in modes_for(LADDER, LADDER[0], LADDER[0], ["reload-off"],
+                                      [("reload-off", "reload", Path("off.yaml"))])] == \
+        ["triton-default", "reload-off"]
+    with pytest.raises(ConfigError, match="kind = 'static'"):
+        modes_for(LADDER, LADDER[0], LADDER[0], None, [("x", "static", Path("x.yaml"))])
+    with pytest.raises(ConfigError, match="'reload': the name of another mode"):
+        modes_for(LADDER, LADDER[0], LADDER[0], None, [("reload", "reload", Path("x.yaml"))])
+
+
 @pytest.mark.parametrize(
     ("size", "want"),
     [

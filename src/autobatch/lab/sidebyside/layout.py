@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from autobatch.cotenants import CoTenant, place_in_schedule
@@ -45,6 +46,8 @@ class ModeSpec:
     """``static``, ``reload`` or ``gateway``."""
     profile: Profile | None = None
     """The profile held (static) or started on (a controller: the ladder's first, or its ``initial``)."""
+    config: Path | None = None
+    """A controller's own sidecar config, for a variant beside the usual two (e.g. a setting off)."""
 
     @property
     def controller(self) -> bool:
@@ -52,12 +55,21 @@ class ModeSpec:
 
 
 def modes_for(ladder: Sequence[Profile], default: Profile, start: Profile,
-              wanted: Sequence[str] | None = None) -> list[ModeSpec]:
-    """Triton's default, every other rung held, and both controllers starting on ``start``;
-    only the ``wanted`` names when given (the baseline always runs)."""
+              wanted: Sequence[str] | None = None,
+              variants: Sequence[tuple[str, str, Path]] = ()) -> list[ModeSpec]:
+    """Triton's default, every other rung held, both controllers starting on ``start``, and
+    each variant (name, ``reload`` or ``gateway``, its own config); only the ``wanted`` names
+    when given (the baseline always runs)."""
     modes = [ModeSpec(BASELINE, "static", default)]
     modes += [ModeSpec(p.name, "static", p) for p in ladder if p.name != BASELINE]
     modes += [ModeSpec(c, c, start) for c in CONTROLLERS]
+    for name, kind, config in variants:
+        if kind not in CONTROLLERS:
+            raise ConfigError(f"variant {name!r}: kind = {kind!r}: must be reload or gateway",
+                              field="kind", value=kind)
+        if name in {m.name for m in modes}:
+            raise ConfigError(f"variant {name!r}: the name of another mode", field="name", value=name)
+        modes.append(ModeSpec(name, kind, start, config))
     if wanted:
         known = [m.name for m in modes]
         unknown = [w for w in wanted if w not in known]

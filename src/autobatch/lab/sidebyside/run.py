@@ -230,10 +230,11 @@ def verdicts(cmp: Comparison, groups: Sequence[Mapping[str, Any]]) -> dict[str, 
     schedule = with_lead_in(cmp.schedule, cmp.lead_in_s)
     jobs = placed_cotenants(cmp.cotenants, schedule, cmp.lead_in_s)
     durations = [p.duration_s for p in cmp.schedule.phases]
+    kinds = {m.name: m.kind for m in cmp.modes if m.controller}
     statics: dict[str, Any] = {}
     for g in groups:  # the default of the last group with it: beside the other statics
         for name, r in g["modes"].items():
-            if name not in ("reload", "gateway"):
+            if name not in kinds:
                 statics[name] = whole_run(r)
     out: dict[str, Any] = {"single_static": single_static(statics, durations), "controllers": {},
                            "statics": {m: {"device_ms": r["device_ms"], "over_slo_share": r["over_slo_share"]}
@@ -243,10 +244,10 @@ def verdicts(cmp: Comparison, groups: Sequence[Mapping[str, Any]]) -> dict[str, 
     for g in groups:
         default = whole_run(g["modes"][BASELINE])
         for name, r in g["modes"].items():
-            if name not in ("reload", "gateway"):
+            if name not in kinds:
                 continue
-            react = _react_s(r["decisions"], measured_starts, name)
-            v = controller_verdict(name, whole_run(r), statics, default, durations, react)
+            react = _react_s(r["decisions"], measured_starts, kinds[name])
+            v = controller_verdict(name, whole_run(r), statics, default, durations, react, kinds[name])
             out["controllers"][name] = {
                 **v.to_dict(), "react_s": round(react, 2), "group_default_device_ms": default["device_ms"],
                 "reactions": [x.to_dict() for x in reactions(r["decisions"], arrivals_s(jobs),
@@ -288,6 +289,7 @@ def run_comparison(cmp: Comparison, event: Event = lambda _: None) -> dict[str, 
         "phases": [{"name": p.name, "rate_rps": p.rate_rps, "duration_s": p.duration_s,
                     "cotenants": p.cotenants} for p in cmp.schedule.phases],
         "ladder": [p.name for p in cmp.setup.ladder], "curve": cmp.setup.curve.name,
+        "controllers": {m.name: m.kind for m in cmp.modes if m.controller},
         "sharing": cmp.setup.device.sharing.to_dict(),
         "cotenants": [cotenant_to_dict(j) for j in cmp.cotenants], **dict(cmp.extra),
         "runs": runs, "summary": summary(runs),

@@ -129,7 +129,7 @@ class ModeStack:
 
     def _sidecar_config(self) -> tuple[Path, str]:
         gateway = self.mode.kind == "gateway"
-        path = self.setup.gateway_config if gateway else self.setup.sidecar_config
+        path = self.mode.config or (self.setup.gateway_config if gateway else self.setup.sidecar_config)
         data = dict(load_yaml(path))
         here = path.resolve().parent
         listen = f"127.0.0.1:{free_port()}"
