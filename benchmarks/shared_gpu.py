@@ -24,6 +24,7 @@ import argparse
 import gzip
 import json
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -128,10 +129,23 @@ def comparison(args: argparse.Namespace, name: str, path: Path, gateway: Path,
         name=name, schedule=schedule, setup=setup, modes=tuple(modes), slo_p95_ms=cfg.policy.slo_p95_ms,
         cotenants=jobs, seed=args.seed, repeats=args.repeats, group_size=args.group_size,
         lead_in_s=args.lead_in, interval_s=cfg.interval_s, keep=args.keep,
-        extra={"config": _rel(args.config), "schedule_file": _rel(path),
+        extra={"config": _rel(args.config), "schedule_file": _rel(path), "code": code_version(),
                **({"gateway_config": _rel(args.gateway_config)} if args.gateway_config else {}),
                **({"cotenants_file": _rel(args.cotenants)} if args.cotenants else {}),
                **({"variants": args.variant} if args.variant else {})})
+
+
+def code_version() -> str:
+    """The commit the run's code is at (``+dirty`` with uncommitted changes): the controller's
+    policy moves from one commit to the next."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
 
 
 def _rel(path: Path) -> str:
