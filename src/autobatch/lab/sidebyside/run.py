@@ -164,13 +164,16 @@ def run_group(cmp: Comparison, group: Sequence[ModeSpec], workdir: Path,
         poll_until(ended, timeout_s=schedule.duration_s + 90.0, interval_s=1.0,
                    what=f"the modes' runs ({', '.join(workers)}) to end")
         wall = time.monotonic() - wall0
-        cpu = {k: round((_cpu_s(v) - cpu0[k]) / wall, 3) for k, v in pids.items()}
+        cpu = {k: round((_cpu_s(v) - cpu0[k]) / wall, 3) for k, v in pids.items() if k != "load"}
         results, logs = {}, {}
         for name, w in workers.items():
             status = w.exit_status()
             if status and status != "exited with code 0":
                 raise RuntimeError(f"mode {name}'s worker {status}: {w.log_tail(15)}")
             results[name] = json.loads((workdir / name / "result.json").read_text(encoding="utf-8"))
+        # The generators have exited: their CPU is what each reported of itself (its set-up too).
+        cpu["load"] = round(sum(r.get("cpu_s", 0.0) for r in results.values()) / wall, 3)
+        for name in workers:
             log = stacks[name].decision_log
             results[name]["decisions"] = decisions_from_log(log, results[name]["t0_wall"]) if log else []
             if log is not None and log.is_file():
