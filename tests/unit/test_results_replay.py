@@ -23,6 +23,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from autobatch.config import load_yaml
 from autobatch.controller.config import sidecar_config_from_mapping
@@ -131,24 +132,43 @@ def test_the_demo_logs_replay_through_the_shipped_policy(name: str, config: str)
 SHARED = ROOT / "benchmarks" / "results" / "shared_gpu"
 
 
-def _shared_logs() -> list[tuple[str, str]]:
-    """(log file name, config) for each controller of each group of each repeat of every
-    current benchmarks/shared_gpu.py result."""
+def _variant_sets(data: dict, mode: str) -> str:
+    """The ``a.b=VALUE,...`` of a ``--variant NAME=KIND:...`` the run added ('' for the two)."""
+    for spec in data.get("variants") or []:
+        name, _, rest = spec.partition("=")
+        if name == mode:
+            return rest.partition(":")[2]
+    return ""
+
+
+def _shared_logs() -> list[tuple[str, str, str]]:
+    """(log file name, config, the variant's settings) for each controller of each group of
+    each repeat of every current benchmarks/shared_gpu.py result."""
     out = []
     for path in sorted(SHARED.glob("*.json")):
         data = json.loads(path.read_text(encoding="utf-8"))["data"]
+        kinds = data.get("controllers") or {m: m for m in CONFIGS}
         for run in data["runs"]:
             for g, group in enumerate(run["groups"]):
-                for mode in sorted(set(group["modes"]) & set(CONFIGS)):
-                    config = data.get("gateway_config") if mode == "gateway" else None
+                for mode in sorted(set(group["modes"]) & set(kinds)):
+                    config = data.get("gateway_config") if kinds[mode] == "gateway" else None
                     out.append((f"{path.stem}-{data['schedule']}-r{run['repeat']}-g{g}-{mode}.jsonl.gz",
-                                config or data["config"]))
+                                config or data["config"], _variant_sets(data, mode)))
     return out
 
 
-@pytest.mark.parametrize(("name", "config"), _shared_logs())
-def test_the_shared_gpu_logs_replay_through_the_config_they_ran(name: str, config: str) -> None:
+@pytest.mark.parametrize(("name", "config", "sets"), _shared_logs())
+def test_the_shared_gpu_logs_replay_through_the_config_they_ran(name: str, config: str, sets: str) -> None:
     path = SHARED / "logs" / name
     assert path.is_file(), f"{path} is missing: benchmarks/shared_gpu.py saves it beside its result"
     example = ROOT / config
-    _assert_replays(path, dict(load_yaml(example)), example)
+    data = dict(load_yaml(example))
+    for item in filter(None, sets.split(",")):  # a variant: its settings as shared_gpu.py set them
+        key, _, value = item.partition("=")
+        *path_, last = key.split(".")
+        node = data
+        for k in path_:
+            node[k] = dict(node.get(k) or {})
+            node = node[k]
+        node[last] = yaml.safe_load(value)
+    _assert_replays(path, data, example)
