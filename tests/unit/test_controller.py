@@ -430,3 +430,25 @@ async def test_the_settings_panels_and_alerts_compare_with_are_exported(tmp_path
     assert get("autobatch_last_fresh_window_timestamp_seconds", m) == 1001.0
     await ticks(c, clock, 1)  # a stale window does not move it
     assert get("autobatch_last_fresh_window_timestamp_seconds", m) == 1001.0
+
+
+async def test_the_device_figures_are_exported_logged_and_in_the_status(tmp_path):
+    clock = Clock()
+    cfg = make_config(tmp_path)
+    shared = dict(inference_rps=50.0, mean_batch_size=2.0, utilization=0.9, stretch=2.5,
+                  own_device_share=0.3, others_share=0.6)
+    c = Controller(cfg, ScriptedSource(clock, [{}, shared]), FakeActuator(live="latency-soft"), clock=clock)
+    await c.start()
+    await ticks(c, clock, 2)
+    get = c.registry.get_sample_value
+    for signal, value in (("stretch", 2.5), ("own_device_share", 0.3), ("others_share", 0.6)):
+        assert get("autobatch_window_value", {"model": "dense_mlp", "signal": signal}) == value
+    assert c.status.to_dict()["last_window"]["stretch"] == 2.5
+    assert c.status.last_decision["signals"]["others_share"] == 0.6
+    await c.aclose()
+
+
+def test_the_signals_measure_the_stretch_against_the_policy_curve(tmp_path):
+    cfg = make_config(tmp_path)
+    assert cfg.signals.curve is not None and cfg.signals.curve == cfg.policy.curve
+    assert make_config(tmp_path, curve=None).signals.curve is None

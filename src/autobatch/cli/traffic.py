@@ -20,6 +20,7 @@ from autobatch.cli.options import (
     SessionPolicyOption,
     TraceModelOption,
 )
+from autobatch.curve import load_curve
 from autobatch.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -269,6 +270,10 @@ def watch(
         float | None, typer.Option(help="Mark windows whose data is older than this stale (s).")
     ] = None,
     rows: Annotated[int, typer.Option(help="Windows kept on screen in the table.")] = 20,
+    curve: Annotated[
+        Path | None, typer.Option(help="The model's batch curve alone on its device: each window's "
+                                       "stretch against it, and who else uses the device.")
+    ] = None,
     restricted_api_header: RestrictedHeaderOption = None,
     restricted_api_key_file: RestrictedKeyFileOption = None,
     json_output: Annotated[
@@ -284,6 +289,9 @@ def watch(
 
     Example: autobatch watch --source prometheus --url 127.0.0.1:9090 --model dense_mlp
     --selector 'job="triton"' --json > trace.jsonl
+
+    Example: autobatch watch --url 127.0.0.1:8000 --model emulated_accelerator
+    --curve curves/t4-resnet50-fp16.yaml --utilization-url http://127.0.0.1:9411/metrics
     """
     from rich.live import Live
 
@@ -305,6 +313,7 @@ def watch(
         range_s=range_s,
         max_age_s=max_age,
         restricted_api=restricted_api(restricted_api_header, restricted_api_key_file),
+        curve=None if curve is None else load_curve(curve),
     )
     try:
         if json_output:

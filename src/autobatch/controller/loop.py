@@ -445,6 +445,9 @@ class Controller:
                 "utilization": w.utilization,
                 "device_ms_per_request": w.device_ms_per_request,
                 "busy_share": w.busy_share,
+                "stretch": w.stretch,
+                "own_device_share": w.own_device_share,
+                "others_share": w.others_share,
                 "arrival_rps": None if w.stale else w.arrival_rps,
             }
         )

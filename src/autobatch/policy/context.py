@@ -248,6 +248,8 @@ def window_signals(w: Observation, current: Profile) -> dict[str, Any]:
         "utilization": w.utilization,
         "device_ms_per_request": w.device_ms_per_request,
         "busy_share": w.busy_share,
+        "stretch": w.stretch,
+        "others_share": w.others_share,
         "max_queue_delay_ms": current.max_queue_delay_us / 1000.0,
     }
 

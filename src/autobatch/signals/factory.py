@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from autobatch.access import RestrictedApi
+from autobatch.curve import BatchCurve
 from autobatch.errors import ConfigError
 from autobatch.signals.http import DEFAULT_MAX_BYTES
 from autobatch.signals.loop import SignalSource
@@ -79,6 +80,9 @@ class SignalSettings:
     restricted_api: RestrictedApi | None = None
     """The direct source: the key of Triton's restricted APIs (``triton.restricted_api``),
     sent with its ``/stats`` and ``/config`` reads. None: no key is sent."""
+    curve: BatchCurve | None = None
+    """The model's batch curve with the device to itself (``policy.curve``): each window's
+    ``stretch`` and device shares are measured against it. None: they are left out."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +107,7 @@ class _NoUtilization:
 
     async def poll(self) -> Window | None:
         w = await self.inner.poll()
-        return None if w is None else replace(w, utilization=None)
+        return None if w is None else replace(w, utilization=None, others_share=None)
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -129,6 +133,7 @@ def _raw_source(settings: SignalSettings, target: ReadTarget, clock: Callable[[]
             max_age_s=settings.max_age_s,
             max_bytes=settings.max_bytes,
             instances_per_replica=settings.instances_per_replica,
+            curve=settings.curve,
         )
     return TritonSource(
         target.http_url,
@@ -140,6 +145,7 @@ def _raw_source(settings: SignalSettings, target: ReadTarget, clock: Callable[[]
         max_age_s=settings.max_age_s,
         max_bytes=settings.max_bytes,
         restricted_api=settings.restricted_api,
+        curve=settings.curve,
     )
 
 
@@ -188,9 +194,11 @@ def make_source(
     range_s: float | None = None,
     max_age_s: float | None = None,
     restricted_api: RestrictedApi | None = None,
+    curve: BatchCurve | None = None,
 ) -> SignalSource:
     """``autobatch watch``'s options as settings and a target; errors name the field and value.
-    ``restricted_api``: the key of Triton's restricted APIs (the direct source only)."""
+    ``restricted_api``: the key of Triton's restricted APIs (the direct source only);
+    ``curve``: the reference of each window's stretch."""
     if source not in SOURCES:
         raise ConfigError(f"source = {source!r}: must be one of {', '.join(SOURCES)}",
                           field="source", value=source)
@@ -210,6 +218,7 @@ def make_source(
             timeout_s=2.0,
             max_age_s=max_age_s,
             restricted_api=restricted_api,
+            curve=curve,
         )
         target = ReadTarget(
             model, url, normalize_url(metrics_url, "metrics_url") if metrics_url else None
@@ -227,6 +236,6 @@ def make_source(
                           field="range", value=range_s)
     settings = SignalSettings(
         source="prometheus", prometheus_url=url, matchers=selector or "", range_s=range_s or 30.0,
-        timeout_s=4.0, max_age_s=max_age_s,
+        timeout_s=4.0, max_age_s=max_age_s, curve=curve,
     )
     return build_source(settings, ReadTarget(model, url))

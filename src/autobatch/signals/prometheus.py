@@ -34,8 +34,10 @@ from typing import Any
 
 import httpx
 
+from autobatch.curve import BatchCurve
 from autobatch.errors import ConfigError, ScrapeError
 from autobatch.signals.http import DEFAULT_MAX_BYTES, get_bounded
+from autobatch.signals.stretch import device_view
 from autobatch.signals.triton import DEFAULT_TIMEOUT_S, normalize_url
 from autobatch.signals.window import StaleReason, Window
 
@@ -171,9 +173,11 @@ def window_from_results(
     queries: PromQL,
     evaluated_s: float,
     instances_per_replica: int | None = None,
+    curve: BatchCurve | None = None,
 ) -> Window:
     """The window the query results describe (pure). ``evaluated_s`` is the query's time;
-    ``instances_per_replica`` turns the busy instances into a busy share."""
+    ``instances_per_replica`` turns the busy instances into a busy share; ``curve``, the
+    reference of the stretch (approximated: every batch taken at the mean batch size)."""
     model, range_s = queries.model, float(queries.range_s)
     newest = _one(results, "newest_s")
     end_s = newest if newest is not None and math.isfinite(newest) else evaluated_s
@@ -222,7 +226,11 @@ def window_from_results(
 
     batch = v["count"] / v["exec"] if v["exec"] > 0 else None
     device_ms = busy = None
+    util = _utilization(results)
+    view = device_view([], 1.0, curve, util)
     if batch is not None and success > 0:
+        # Rates: a second's executions, each its batch's compute (counted once per request).
+        view = device_view([(batch, v["exec"], v["compute_us"] / batch / 1000.0)], 1.0, curve, util)
         device_ms = v["compute_us"] / success / batch / 1000.0
         parts = [v["compute_us"]] + [
             x for x in (_one(results, "compute_input_us"), _one(results, "compute_output_us"))
@@ -254,9 +262,12 @@ def window_from_results(
         p95_ms=quantile_ms("p95_us"),
         p99_ms=quantile_ms("p99_us"),
         batch_curve_ms={},
-        utilization=_utilization(results),
+        utilization=util,
         device_ms_per_request=device_ms,
         busy_instances=busy,
+        stretch=view.stretch,
+        own_device_share=view.own_device_share,
+        others_share=view.others_share,
         source="prometheus",
     ).with_instance_count(instances)
 
@@ -288,6 +299,7 @@ class PrometheusSource:
         instances_per_replica: the model's execution instances on each replica, for
             ``busy_share`` (None: the share is left unknown).
         max_bytes: the most one query's answer may send (``too_large`` past it).
+        curve: the reference of each window's stretch (``policy.curve``; None: none).
     """
 
     def __init__(
@@ -304,8 +316,10 @@ class PrometheusSource:
         max_age_s: float | None = None,
         instances_per_replica: int | None = None,
         max_bytes: int = DEFAULT_MAX_BYTES,
+        curve: BatchCurve | None = None,
     ) -> None:
         self.url = normalize_url(url, "prometheus_url")
+        self.curve = curve
         self.instances_per_replica = instances_per_replica
         self.promql = PromQL(model, selector, range_s, utilization_selector)
         if max_age_s is not None and not (math.isfinite(max_age_s) and max_age_s > 0):
@@ -366,7 +380,7 @@ class PrometheusSource:
         results = await asyncio.gather(*(self.query(q, at_s) for q in queries.values()))
         window = window_from_results(
             dict(zip(queries, results)), queries=self.promql, evaluated_s=at_s,
-            instances_per_replica=self.instances_per_replica,
+            instances_per_replica=self.instances_per_replica, curve=self.curve,
         )
         return window.aged(self.clock(), self.max_age_s)
 

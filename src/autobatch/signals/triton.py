@@ -38,6 +38,7 @@ import httpx
 
 from autobatch.access import RestrictedApi, http_headers, refusal
 from autobatch.config import URL_RULE, http_url
+from autobatch.curve import BatchCurve
 from autobatch.errors import ConfigError, ScrapeError
 from autobatch.signals.http import DEFAULT_MAX_BYTES, Body, get_bounded
 from autobatch.signals.parse import (
@@ -51,6 +52,7 @@ from autobatch.signals.parse import (
     parse_stats,
     parse_utilization,
 )
+from autobatch.signals.stretch import DeviceView, device_view
 from autobatch.signals.window import StaleReason, Window
 
 __all__ = [
@@ -181,14 +183,15 @@ def _check(before: TritonSample, after: TritonSample) -> tuple[StaleReason, str]
     return None
 
 
-def window_between(before: TritonSample, after: TritonSample) -> Window:
-    """The window from ``before`` to ``after`` (same model), stale if it cannot be trusted."""
+def window_between(before: TritonSample, after: TritonSample, curve: BatchCurve | None = None) -> Window:
+    """The window from ``before`` to ``after`` (same model), stale if it cannot be trusted;
+    ``curve``: the reference batch curve its stretch is measured against."""
     if before.model != after.model:
         raise ValueError(f"samples of different models: {before.model!r} and {after.model!r}")
     problem = _check(before, after)
     if problem is not None:
         return _stale(before, after, *problem)
-    window = _difference(before, after)
+    window = _difference(before, after, curve)
     overflow = [name for name, v in _numbers(window) if not math.isfinite(v)]
     if overflow:
         # Finite counters can still overflow a float when divided by a tiny interval.
@@ -202,13 +205,14 @@ def _numbers(w: Window) -> list[tuple[str, float]]:
     out = [(name, getattr(w, name)) for name in (
         "success_rps", "inference_rps", "exec_rps", "mean_batch_size", "mean_queue_ms",
         "mean_compute_ms", "mean_request_ms", "pending_requests", "pending_delta", "p95_ms",
-        "p99_ms", "utilization", "device_ms_per_request", "busy_instances", "busy_share")]
+        "p99_ms", "utilization", "device_ms_per_request", "busy_instances", "busy_share", "stretch",
+        "own_device_share", "others_share")]
     out += [(f"failure_rps[{r}]", v) for r, v in w.failure_rps.items()]
     out += [(f"batch_curve_ms[{b}]", v) for b, v in w.batch_curve_ms.items()]
     return [(n, v) for n, v in out if v is not None]
 
 
-def _difference(before: TritonSample, after: TritonSample) -> Window:
+def _difference(before: TritonSample, after: TritonSample, reference: BatchCurve | None) -> Window:
     dt = after.taken_s - before.taken_s
     c0, c1 = before.metrics.counters, after.metrics.counters
 
@@ -225,6 +229,7 @@ def _difference(before: TritonSample, after: TritonSample) -> Window:
     curve: Mapping[int, float] = {}
     device_ms: float | None = None
     busy: float | None = None
+    view = DeviceView(None, None, None)
     if before.stats is not None and after.stats is not None:
         live = curve_from_batch_stats(
             after.stats.batch_stats_rows(), before.stats.batch_stats_rows()
@@ -236,6 +241,7 @@ def _difference(before: TritonSample, after: TritonSample) -> Window:
         items = after.stats.inference_count - before.stats.inference_count
         device_ms = infer_ns / items / 1e6 if items > 0 and infer_ns >= 0 else None
         busy = max(0, after.stats.busy_ns - before.stats.busy_ns) / 1e9 / dt
+        view = device_view(_executions(before.stats, after.stats), dt, reference, after.utilization)
     pending0 = before.metrics.pending
     pending1 = after.metrics.pending
     assert pending0 is not None and pending1 is not None  # checked in _check
@@ -263,8 +269,22 @@ def _difference(before: TritonSample, after: TritonSample) -> Window:
         utilization_detail=after.utilization_detail,
         device_ms_per_request=device_ms,
         busy_instances=busy,
+        stretch=view.stretch,
+        own_device_share=view.own_device_share,
+        others_share=view.others_share,
         source="triton",
     ).with_instance_count(after.instance_count)
+
+
+def _executions(before: StatsSample, after: StatsSample) -> list[tuple[float, float, float]]:
+    """``(batch size, executions, compute ms)`` of the executions between two samples."""
+    then = {b: (c, ns) for b, c, ns in before.batch_stats}
+    out = []
+    for b, c, ns in after.batch_stats:
+        c0, ns0 = then.get(b, (0, 0))
+        if c > c0:
+            out.append((float(b), float(c - c0), max(0, ns - ns0) / 1e6))
+    return out
 
 
 def normalize_url(url: str, field: str) -> str:
@@ -326,6 +346,8 @@ class TritonSource:
         restricted_api: the header and key of Triton's restricted APIs, sent with the
             ``/stats`` and ``/config`` reads (never to ``/metrics`` or dcgm-exporter,
             which do not check it); None sends no key.
+        curve: the model's batch curve with the device to itself (``policy.curve``): each
+            window's ``stretch`` and device shares are measured against it (None: not).
     """
 
     def __init__(
@@ -343,6 +365,7 @@ class TritonSource:
         max_age_s: float | None = None,
         max_bytes: int = DEFAULT_MAX_BYTES,
         restricted_api: RestrictedApi | None = None,
+        curve: BatchCurve | None = None,
     ) -> None:
         if not isinstance(model, str) or not model:
             raise ConfigError(f"model = {model!r}: must be a model name", field="model", value=model)
@@ -368,6 +391,7 @@ class TritonSource:
         self.max_age_s = max_age_s
         self.max_bytes = int(max_bytes)
         self.restricted_api = restricted_api
+        self.curve = curve
         self._client = client
         self._owns_client = client is None
         self._previous: TritonSample | None = None
@@ -485,7 +509,7 @@ class TritonSource:
         previous, self._previous = self._previous, current
         if previous is None:
             return None
-        return window_between(previous, current).aged(self.clock(), self.max_age_s)
+        return window_between(previous, current, self.curve).aged(self.clock(), self.max_age_s)
 
     def reset(self) -> None:
         """Forget the previous sample (the next poll starts a new baseline)."""

@@ -120,9 +120,27 @@ def combine_windows(windows: Mapping[str, Window], model: str) -> Window:
             (w.utilization_detail for _, w in items if w.utilization_detail), None),
         device_ms_per_request=weighted("device_ms_per_request", "inference_rps"),
         busy_instances=busy,
+        **_device_shares(items, span, utils),
         source="gateway",
     )
     return combined.with_instance_count(instances)
+
+
+def _device_shares(items: Sequence[tuple[str, Window]], span_s: float,
+                   utils: Sequence[float]) -> dict[str, float | None]:
+    """The variants' stretch and shares of one device: their own work adds up, and the
+    stretch is their observed compute over their curve time, both summed."""
+    known = [w for _, w in items if w.own_device_share is not None]
+    if not known:
+        return {"stretch": None, "own_device_share": None, "others_share": None}
+    own = sum((w.own_device_share or 0.0) * max(w.end_s - w.start_s, 1e-9) for w in known) / span_s
+    stretched = [w for w in known if w.stretch is not None and (w.own_device_share or 0.0) > 0]
+    weight = sum((w.own_device_share or 0.0) * (w.end_s - w.start_s) for w in stretched)
+    stretch = (sum((w.stretch or 0.0) * (w.own_device_share or 0.0) * (w.end_s - w.start_s)
+                   for w in stretched) / weight) if weight > 0 else None
+    util = sum(utils) / len(utils) if utils else None
+    return {"stretch": stretch, "own_device_share": own,
+            "others_share": None if util is None else max(0.0, util - own)}
 
 
 class VariantsSource:
@@ -203,7 +221,7 @@ class TritonStepSignals:
 
     async def window(self, baseline: TritonSample) -> Window:
         after = await self.source.sample()
-        return window_between(baseline, after)
+        return window_between(baseline, after, self.source.curve)
 
     def p95_ms(self, baseline: TritonSample) -> float | None:
         p95 = baseline.metrics.p95_us

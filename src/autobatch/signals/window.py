@@ -125,6 +125,22 @@ class Window:
     computing, 0..1 (a little over 1 is measurement skew). Near 1 the profile is at its
     capacity on this machine, whatever the batch curve says. None when either is unknown."""
 
+    stretch: float | None = None
+    """How much longer the window's batches ran than the reference curve (``policy.curve``)
+    says they take with the device to themselves: their compute time over the curve's time
+    for the same batch sizes (``batch_stats``). 1: the device was the model's; 3: each batch
+    took three times its curve time, others (co-tenants, the model's other instances) held
+    the device the rest. None without a curve, without ``batch_stats`` or without executions
+    (:mod:`autobatch.signals.stretch`)."""
+    own_device_share: float | None = None
+    """The model's own work on the device, in the device's own time: the curve's time of the
+    window's executions over the window (0..1 of one device). What the utilisation would
+    read with the device to the model. None without a curve."""
+    others_share: float | None = None
+    """The share of the device others used: ``utilization - own_device_share``, at least 0.
+    Near 0 the device is the model's and a stretch is its own instances' (its load rose);
+    above, the device is shared. None without a utilisation signal or a curve."""
+
     stale: bool = False
     """True when the window must not be acted on (too old, counter reset, partial data)."""
     stale_reason: str | None = None

@@ -119,13 +119,13 @@ def window_table(windows: Iterable[Window], *, title: str | None = None) -> Tabl
     table = Table(title=title, title_justify="left", header_style="bold")
     for name in ("end", "s", "req/s", "fail/s", "batch", "queue ms", "compute ms",
                  "request ms", "pending", "p95 ms", "p99 ms", "dev ms/req", "busy", "util",
-                 "curve ms (b:ms)"):
+                 "stretch", "others", "curve ms (b:ms)"):
         table.add_column(name, justify="left" if name.startswith(("end", "curve")) else "right")
     for w in windows:
         end = time.strftime("%H:%M:%S", time.localtime(w.end_s))
         if w.stale:
             detail = f"{w.stale_reason}: {w.stale_detail}" if w.stale_detail else w.stale_reason
-            table.add_row(end, f"{w.interval_s:.1f}", "[yellow]stale[/]", *[""] * 11,
+            table.add_row(end, f"{w.interval_s:.1f}", "[yellow]stale[/]", *[""] * 13,
                           Text(str(detail), style="yellow"))
             continue
         pending = "-"
@@ -148,6 +148,8 @@ def window_table(windows: Iterable[Window], *, title: str | None = None) -> Tabl
             num(w.device_ms_per_request, "{:.2f}"),
             num(None if w.busy_share is None else w.busy_share * 100, "{:.0f}%"),
             num(None if w.utilization is None else w.utilization * 100, "{:.0f}%"),
+            num(w.stretch, "{:.2f}x"),
+            num(None if w.others_share is None else w.others_share * 100, "{:.0f}%"),
             _curve(w),
         )
     return table

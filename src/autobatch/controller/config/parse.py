@@ -365,6 +365,7 @@ def _parse_signals(sec: Section, loop: _Loop, policy: PolicySettings) -> SignalS
         max_age_s=policy.trust.max_window_age_s,
         max_bytes=_bounded(sec, "max_scrape_bytes", DEFAULT_MAX_BYTES),
         instances_per_replica=_bounded(sec, "instances_per_replica", None),
+        curve=policy.curve,
     )
     if signals.source == "prometheus" and not signals.prometheus_url:
         raise sec.fail("prometheus_url", None, "is required when source is prometheus")
