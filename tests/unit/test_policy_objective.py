@@ -92,7 +92,7 @@ def test_every_reason_has_a_kind(reason: Reason, kind: str) -> None:
 
 def test_the_fast_path_is_for_survival_and_for_steps_toward_latency_that_cost_nothing() -> None:
     direct = {r for r in Reason if r.direct}
-    assert direct == {Reason.OVERLOAD, Reason.FORECAST, Reason.SATURATION,
+    assert direct == {Reason.OVERLOAD, Reason.FORECAST, Reason.SATURATION, Reason.SHARED,
                       Reason.LOW_LOAD, Reason.SELF_INFLICTED_WAIT, Reason.NO_GAIN,
                       Reason.RELIEF}
     # toward throughput for efficiency, and protective backing-off, keep the cautious steps

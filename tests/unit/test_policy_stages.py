@@ -30,7 +30,7 @@ from autobatch.policy.core import (
     switch,
 )
 from autobatch.policy.rules import RULES, recommend, steady
-from autobatch.policy.settings import FLAT, GROUPS, Efficiency, Stability
+from autobatch.policy.settings import FLAT, GROUPED_ONLY, GROUPS, Efficiency, Stability
 from autobatch.policy.types import Recommendation
 from autobatch.profiles import Profile
 from autobatch.signals import Window
@@ -301,7 +301,7 @@ def test_flat_names_build_the_same_settings_as_the_groups():
                              efficiency=Efficiency(max_busy=0.7),
                              forecast=GROUPS["forecast"](enabled=False))
     assert flat == grouped
-    assert {group for group, _ in FLAT.values()} == set(GROUPS)
+    assert {group for group, _ in FLAT.values()} == set(GROUPS) - GROUPED_ONLY
     with pytest.raises(TypeError, match="unknown policy settings: dwell_s"):
         PolicySettings.from_flat(ladder=(LS, BAL), slo_p95_ms=50.0, dwell_s=5.0)
     with pytest.raises(ValueError, match=r"^efficiency_max_busy must be in \(0, 1\]$"):

@@ -11,11 +11,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from autobatch.curve import BatchCurve
-from autobatch.policy.capacity import Capacities, capacities, device_ms_estimate
+from autobatch.policy.capacity import (
+    Capacities,
+    capacities,
+    device_ms_estimate,
+    device_stretch,
+    p95_parts,
+)
 from autobatch.policy.forecast import Forecast, holt
 from autobatch.policy.memory import Cost, device_cost
 from autobatch.policy.settings import PolicySettings
@@ -76,6 +82,38 @@ class Context:
     """Why a p95 over the SLO is not a breach (the window's requests are quick), or None."""
     breach: bool
     """p95 (or p99) over the SLO, trusted, and not stale."""
+    stretch: float = 1.0
+    """What the live batches take over the curve (:func:`~autobatch.policy.capacity.device_stretch`):
+    the window's stretch where it also says what the device does, else 1."""
+    p95_predicted: Mapping[int, float] = field(default_factory=dict)
+    """On a device the policy sees (the window carries ``others_share``) and with a curve: each
+    profile's p95 at the demand with its batches stretched as now
+    (:func:`~autobatch.policy.capacity.p95_estimate`), times what the live profile's requests
+    showed the estimate misses (its p95 no lower than ``p95_per_mean`` x the window's mean
+    request time). Empty elsewhere: the rules read the summary p95 there."""
+
+    @property
+    def device_seen(self) -> bool:
+        """The window says what the device does (its utilisation against the model's own work)."""
+        return self.window.others_share is not None
+
+    @property
+    def shared(self) -> bool:
+        """Others use at least ``device.shared_min`` of the device."""
+        o = self.window.others_share
+        return o is not None and o >= self.settings.device.shared_min - EPS
+
+    @property
+    def device_note(self) -> str:
+        """Whose the device is, for the messages: shared (and how much the batches stretch), or
+        the model's own (a stretch is then its own load's)."""
+        o = self.window.others_share
+        if o is None:
+            return ""
+        if self.shared:
+            return (f"the device is shared: others use {o:.0%} of it, batches take "
+                    f"{self.stretch:.2f}x their curve")
+        return f"the device is the model's own (others {o:.0%}): its load, not a co-tenant"
 
     @property
     def ladder(self) -> tuple[Profile, ...]:
@@ -175,6 +213,12 @@ class Context:
             "forecast_shifts": None if f is None else f.shifts,
             "reaction_s": None if reaction is None else round(reaction, 2),
         })
+        if self.device_seen:
+            sig["stretch_used"] = round(self.stretch, 3)
+            sig["device"] = "shared" if self.shared else "own"
+        if self.p95_predicted:
+            sig["p95_predicted_ms"] = {self.ladder[i].name: round(v, 1)
+                                       for i, v in self.p95_predicted.items()}
         if self.costs:
             sig["device_ms_expected"] = {self.ladder[i].name: round(c.ms, 3) for i, c in self.costs.items()}
             sig["device_ms_source"] = {self.ladder[i].name: c.source for i, c in self.costs.items()}
@@ -197,6 +241,7 @@ def build_context(history: Sequence[Observation], state: State, settings: Policy
     current = s.index(state.active)
     curve = merged_curve(history, s.curve)
     demand = demand_rps(w)
+    stretch = device_stretch(w)
     if learn:
         state = _remember_device(state, w, s.ladder[current], demand, curve, s)
     made_at = max(demand, demand_rps(history[-2])) if len(history) > 1 else demand
@@ -209,10 +254,12 @@ def build_context(history: Sequence[Observation], state: State, settings: Policy
         stale = f"mean request {mean:.1f} ms < {s.trust.breach_min_mean:g} x SLO"
     return Context(
         window=w, history=history, state=state, settings=s, now_s=now_s, current=current, curve=curve,
-        demand_rps=demand, made_at_rps=made_at, capacity=capacities(history, s, curve),
-        forecast=_forecast(history, state, s), costs=_device_costs(w, state, s, current, curve, demand),
+        demand_rps=demand, made_at_rps=made_at, capacity=capacities(history, s, curve, stretch),
+        forecast=_forecast(history, state, s),
+        costs=_device_costs(w, state, s, current, curve, demand, stretch),
         failures_rps=sum(v for k, v in (w.failure_rps or {}).items() if k in s.protective.failure_reasons),
-        p95_trusted=trusted, p95_stale=stale, breach=over and stale is None,
+        p95_trusted=trusted, p95_stale=stale, breach=over and stale is None, stretch=stretch,
+        p95_predicted=_p95_predicted(w, s, current, curve, demand, stretch),
     )
 
 
@@ -222,12 +269,14 @@ def demand_rps(w: Observation) -> float:
 
 
 def merged_curve(history: Sequence[Observation], prior: BatchCurve | None) -> BatchCurve | None:
-    """The prior curve overlaid with live points, the most recent window winning."""
+    """The prior curve overlaid with live points, the most recent window winning; on a device
+    the policy sees, each window's points over its stretch (the device's own time)."""
     points: dict[int, float] = dict(prior.points) if prior else {}
     for w in history:
+        stretch = device_stretch(w)
         for b, ms in (w.batch_curve_ms or {}).items():
             if ms and ms > 0 and math.isfinite(ms):
-                points[int(b)] = float(ms)
+                points[int(b)] = float(ms) / stretch
     if not points:
         return None
     return BatchCurve(points=points, name="merged")
@@ -273,26 +322,50 @@ def _forecast(history: Sequence[Observation], state: State, s: PolicySettings) -
 
 
 def _device_costs(w: Observation, state: State, s: PolicySettings, current: int, curve: BatchCurve | None,
-                  demand: float) -> dict[int, Cost]:
+                  demand: float, stretch: float) -> dict[int, Cost]:
     """Each profile's device ms per request at ``demand``: what it was seen to cost at this
-    load, else the estimate (the curve with its live points, at the instance count in use)
-    corrected by what the windows taught (:mod:`autobatch.policy.memory`)."""
+    load, else the estimate (the curve with its live points, at the instance count in use,
+    its batches formed at the ``stretch`` of now) corrected by what the windows taught
+    (:mod:`autobatch.policy.memory`). In the device's own time, never inflated by others."""
     if curve is None:
         return {}
     live, n = s.ladder[current].name, w.instance_count
-    return {i: device_cost(state.device, p.name, demand, device_ms_estimate(p, demand, curve, n), live)
-            for i, p in enumerate(s.ladder)}
+    return {i: device_cost(state.device, p.name, demand, device_ms_estimate(p, demand, curve, n, stretch),
+                           live) for i, p in enumerate(s.ladder)}
 
 
 def _remember_device(state: State, w: Observation, current: Profile, demand: float, curve: BatchCurve | None,
                      s: PolicySettings) -> State:
-    """The state with the device time the window's profile spent, at the window's load."""
+    """The state with the device time the window's profile spent, at the window's load, in the
+    device's own time (its compute time over its stretch, where the window says what the
+    device does: what the others held the device for is not the model's cost)."""
     measured = w.device_ms_per_request
     if measured is None or w.inference_rps <= 0:
         return state
-    estimated = None if curve is None else device_ms_estimate(current, demand, curve, w.instance_count)
-    device = state.device.remember(current.name, demand, measured, estimated, s.capacity.device_alpha)
+    stretch = device_stretch(w)
+    n = w.instance_count
+    estimated = None if curve is None else device_ms_estimate(current, demand, curve, n, stretch)
+    device = state.device.remember(current.name, demand, measured / stretch, estimated,
+                                   s.capacity.device_alpha)
     return replace(state, device=device)
+
+
+def _p95_predicted(w: Observation, s: PolicySettings, current: int, curve: BatchCurve | None, demand: float,
+                   stretch: float) -> dict[int, float]:
+    """:attr:`Context.p95_predicted` (empty off a device the policy sees, or without a curve).
+
+    The live profile's p95 is its estimate, but no lower than ``p95_per_mean`` x the window's
+    mean request time: co-tenants make some batches much slower than the mean stretch, and
+    the requests show by how much. The batch run that explains it (the tail stretch) then
+    stretches every other profile's batch too."""
+    if w.others_share is None or curve is None:
+        return {}
+    parts = {i: p95_parts(p, demand, curve, w.instance_count, stretch) for i, p in enumerate(s.ladder)}
+    live = parts[current]
+    seen = 0.0 if w.mean_request_ms is None else s.device.p95_per_mean * w.mean_request_ms
+    now = max(live.p95_ms(stretch), seen)
+    tail = max(stretch, (now - live.ahead_ms) / live.run_ms) if live.run_ms > 0 else stretch
+    return {i: part.p95_ms(tail) for i, part in parts.items()}
 
 
 def _round(x: float | None, digits: int = 1) -> float | None:

@@ -13,10 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from autobatch.policy.capacity import batch_estimate, batch_ms
+from autobatch.policy.capacity import batch_estimate, batch_ms, wait_ms
 from autobatch.policy.context import EPS, Context
 from autobatch.policy.types import Reason, Recommendation
-from autobatch.profiles import Profile
 
 __all__ = ["RULES", "Rule", "recommend", "steady", "toward_capacity", "toward_latency"]
 
@@ -131,6 +130,29 @@ def forecast(ctx: Context) -> Recommendation | None:
         f"forecast: arrivals rising {f.trend_rps:+.1f}/s per window, {f.rps:.0f}/s in {reaction:g} s; "
         f"{ctx.profile.name} carries {c:.0f}/s"))
     return rec if rec.target != ctx.current else None
+
+
+def shared(ctx: Context) -> Recommendation | None:
+    """Others use at least ``device.shared_min`` of the device, and the live profile's p95 with
+    its batches stretched as the window measured would pass the SLO: to the profile nearest
+    the live one predicted under ``device.target_p95`` x the SLO, else to the most
+    latency-oriented one, of those that carry the load."""
+    # The summary p95 would show the breach after up to a minute; the stretch shows it in
+    # the first window the co-tenants share, so this acts on one window, as a survival move.
+    # The fallback is the rung that waits least: near saturation on a shared device a wait
+    # costs more than the estimate says (simulated: 85 ms for a waiting rung, 62 for the default).
+    pred, slo = ctx.p95_predicted, ctx.settings.slo_p95_ms
+    if not ctx.shared or ctx.current == 0 or not pred or pred[ctx.current] <= slo + EPS:
+        return None
+    cap, need = ctx.capacity.rps, ctx.demand_rps * ctx.settings.capacity.margin
+    below = [i for i in range(ctx.current - 1, -1, -1) if (c := cap[i]) is None or c >= need]
+    if not below:
+        return None
+    fits = [i for i in below if pred[i] <= ctx.settings.device.target_p95 * slo + EPS]
+    target = fits[0] if fits else below[-1]
+    return Recommendation(target, Reason.SHARED, (
+        f"{ctx.device_note}; {ctx.profile.name}'s p95 would be ~{pred[ctx.current]:.0f} ms > SLO {slo:g} ms "
+        f"at {ctx.demand_rps:.0f}/s, {ctx.ladder[target].name}'s ~{pred[target]:.0f} ms"))
 
 
 # -- protective: failures ---------------------------------------------------------------------
@@ -270,6 +292,10 @@ RULES: tuple[Rule, ...] = (
         "survival.saturation_delay_ratio", "survival.saturation_min_queue_ms", "survival.overload_windows",
         "capacity.margin", "capacity.min_gain")),
     Rule("survival", forecast, ("forecast", "capacity", "capacity.margin", "capacity.min_gain")),
+    Rule("survival", shared, (
+        "p95_predicted", "stretch", "capacity", "demand_rps", "window.others_share",
+        "window.stretch", "window.mean_request_ms", "device.shared_min", "device.p95_per_mean",
+        "device.target_p95", "capacity.margin")),
     # protective: failures
     Rule("protective", failures, (
         "failures_rps", "capacity", "protective.failure_rps_threshold", "protective.failure_reasons",
@@ -288,13 +314,15 @@ RULES: tuple[Rule, ...] = (
         "breach", "window.p95_ms", "window.p99_ms", "window.mean_request_ms", "capacity",
         "trust.breach_min_mean", "trust.p95_settle_s")),
     Rule("protective", relief, (
-        "breach", "costs", "capacity", "window.busy_share", "state.relief_worse", "efficiency.min_saving",
-        "efficiency.min_freed_share", "efficiency.max_busy", "stability.stabilization_drop")),
+        "breach", "costs", "capacity", "p95_predicted", "window.busy_share", "state.relief_worse",
+        "efficiency.min_saving", "efficiency.min_freed_share", "efficiency.max_busy",
+        "stability.stabilization_drop")),
     # efficiency
     Rule("efficiency", efficiency, (
-        "p95_trusted", "breach", "costs", "capacity", "curve", "window.p95_ms", "window.utilization",
-        "window.busy_share", "efficiency.headroom", "efficiency.util_ceiling", "efficiency.min_saving",
-        "efficiency.min_freed_share", "efficiency.max_busy", "efficiency.max_p95")),
+        "p95_trusted", "p95_predicted", "breach", "costs", "capacity", "curve", "window.p95_ms",
+        "window.utilization", "window.others_share", "window.busy_share", "efficiency.headroom",
+        "efficiency.util_ceiling", "efficiency.min_saving", "efficiency.min_freed_share",
+        "efficiency.max_busy", "efficiency.max_p95")),
     Rule("efficiency", low_load, (
         "costs", "capacity", "window.busy_share", "efficiency.wait_max_busy", "efficiency.latency_tolerance",
         "efficiency.min_freed_share", "capacity.margin")),
@@ -376,15 +404,6 @@ def _backlog_persists(ctx: Context, deep: float) -> bool:
         (h.pending_delta or 0.0) > 0 or (h.pending_requests or 0.0) > deep for h in tail)
 
 
-def _wait_ms(p: Profile, rate_rps: float) -> float:
-    """How long a batch waits for its preferred size, at most the profile's max delay."""
-    delay = p.max_queue_delay_us / 1000.0
-    if delay <= 0:
-        return 0.0
-    fill = (min(p.effective_preferred) - 1) / max(rate_rps, EPS) * 1000.0
-    return min(delay, max(0.0, fill))
-
-
 def _relief_offer(ctx: Context) -> Offer:
     """The relief move out of a breach at the bottom, or why there is none (neither: no costs)."""
     s, demand = ctx.settings, ctx.demand_rps
@@ -401,6 +420,9 @@ def _relief_offer(ctx: Context) -> Offer:
         elif worse is not None and worse[0] == name and (
                 drop * worse[1] - EPS <= demand <= worse[1] / drop + EPS):
             refused.append(f"{name} read worse (or did not take) at {worse[1]:.0f}/s")
+        elif (pred := ctx.p95_predicted) and pred[i] >= pred[0] - EPS:
+            # On a shared device larger batches stretch too: the move must lower the tail.
+            refused.append(f"{name}'s p95 would be ~{pred[i]:.0f} ms, the default's ~{pred[0]:.0f}")
         elif (busy := ctx.window.busy_share) is not None and busy > s.efficiency.max_busy + EPS:
             return Offer(refused=f"{name} would spend {saving.share:.0%} less device time ({cost.source}), "
                                  f"but the instances are {busy:.0%} busy (> {s.efficiency.max_busy:.0%})")
@@ -420,13 +442,12 @@ def _step_up(ctx: Context) -> Offer:
     one (None: the p95 does not: untrusted, over the SLO, or near the headroom)."""
     s, w, demand = ctx.settings, ctx.window, ctx.demand_rps
     limit = s.efficiency.headroom * s.slo_p95_ms
-    if not ctx.p95_trusted or ctx.breach or w.p95_ms is None:
-        return Offer()
-    if w.p95_ms >= limit or not (w.utilization is None or w.utilization < s.efficiency.util_ceiling):
+    p95 = _judged_p95(ctx)
+    if ctx.breach or p95 is None or p95 >= limit or not _device_has_room(ctx):
         return Offer()
     if ctx.current == len(ctx.ladder) - 1 or ctx.curve is None:
         return Offer()
-    search = _search_above(ctx, w.p95_ms, limit)
+    search = _search_above(ctx, p95, limit)
     best = search.best
     if best is None:
         return Offer(refused=f"p95 has headroom, but at {demand:.0f}/s nothing above pays "
@@ -440,15 +461,34 @@ def _step_up(ctx: Context) -> Offer:
         return Offer(refused=f"{name} would save {best.share:.0%} of the device time ({cost.source}), "
                              f"but the instances are {busy:.0%} busy (> {s.efficiency.max_busy:.0%}): no "
                              "room to make the move")
-    if w.p95_ms > room + EPS:
+    if p95 > room + EPS:
         # While a reload runs the instances serve on shared devices and the tail grows.
         return Offer(refused=f"{name} would save {best.share:.0%} of the device time ({cost.source}), "
-                             f"but p95 {w.p95_ms:.1f} ms is over {s.efficiency.max_p95:.0%} of the SLO "
+                             f"but p95 {p95:.1f} ms is over {s.efficiency.max_p95:.0%} of the SLO "
                              f"({room:g} ms): no room for the move's own disturbance")
+    device = f"; {ctx.device_note}" if ctx.device_seen else ""
     return Offer(Recommendation(best.index, Reason.EFFICIENCY, (
         f"efficiency: {name} spends {cost.ms:.2f} ms of device time per request ({cost.source}) vs "
         f"{ctx.costs[ctx.current].ms:.2f} at {demand:.0f}/s ({best.share:.0%} saved), p95 "
-        f"{w.p95_ms:.1f} -> ~{best.predicted_p95_ms:.0f} ms < {limit:g}")))
+        f"{p95:.1f} -> ~{best.predicted_p95_ms:.0f} ms < {limit:g}{device}")))
+
+
+def _judged_p95(ctx: Context) -> float | None:
+    """The live profile's p95 a step toward throughput is judged from: on a device the policy
+    sees, its prediction from the stretch and the window's own requests (the summary would
+    remember co-tenants gone a minute ago); elsewhere the summary p95, once trusted."""
+    if ctx.p95_predicted:
+        return ctx.p95_predicted[ctx.current]
+    return ctx.window.p95_ms if ctx.p95_trusted else None
+
+
+def _device_has_room(ctx: Context) -> bool:
+    """Utilisation under ``util_ceiling``: on a device the policy sees, the share others use
+    (the model's own busy device is what a step toward throughput frees); elsewhere the
+    device's utilisation; without either, room."""
+    w = ctx.window
+    used = w.others_share if w.others_share is not None else w.utilization
+    return used is None or used < ctx.settings.efficiency.util_ceiling
 
 
 def _search_above(ctx: Context, p95_ms: float, limit_ms: float) -> Search:
@@ -458,7 +498,7 @@ def _search_above(ctx: Context, p95_ms: float, limit_ms: float) -> Search:
     the next one does, so every profile above is a candidate."""
     s, demand, curve, n = ctx.settings, ctx.demand_rps, ctx.curve, ctx.window.instance_count
     assert curve is not None
-    cur = ctx.profile
+    cur, pred = ctx.profile, ctx.p95_predicted
     b_cur = batch_estimate(cur, demand, curve, n)
     best: Candidate | None = None
     refused: list[str] = []
@@ -469,9 +509,9 @@ def _search_above(ctx: Context, p95_ms: float, limit_ms: float) -> Search:
             continue
         # What it would add to p95: its extra wait for a batch, and the longer run of the bigger batch.
         b = batch_estimate(nxt, demand, curve, n)
-        added = (_wait_ms(nxt, demand) - _wait_ms(cur, demand)) + max(
+        added = (wait_ms(nxt, demand) - wait_ms(cur, demand)) + max(
             0.0, batch_ms(curve, b) - batch_ms(curve, b_cur))
-        predicted = p95_ms + max(0.0, added)
+        predicted = pred[i] if pred else p95_ms + max(0.0, added)
         if predicted >= limit_ms:
             refused.append(f"{nxt.name} saves {saving.share:.0%} but its p95 would be ~{predicted:.0f} ms")
         elif c is not None and c < demand * s.capacity.margin:

@@ -21,8 +21,10 @@ from autobatch.profiles import Profile
 
 __all__ = [
     "FLAT",
+    "GROUPED_ONLY",
     "GROUPS",
     "CapacitySettings",
+    "DeviceSettings",
     "Efficiency",
     "ForecastSettings",
     "PolicySettings",
@@ -200,6 +202,31 @@ class ForecastSettings:
             raise ValueError("forecast.alpha and forecast.beta must be in (0, 1]")
 
 
+@dataclass(frozen=True)
+class DeviceSettings:
+    """A device others share, read where a window carries the stretch of its batches against
+    ``policy.curve`` and the device's utilisation (docs/policy.md, "A shared device")."""
+
+    shared_min: float = 0.2
+    """The device counts as shared while others use at least this share of it
+    (``others_share``). Below, a stretch is the model's own (its instances' turns, what the
+    backend adds): its load rose, and the load rules answer. Alone on the emulated T4 the
+    share read 0-0.08 (the utilisation's period is not the window's); two co-tenants 0.45-0.63."""
+    p95_per_mean: float = 1.5
+    """The window's mean request time times this stands for the live profile's p95 where
+    the summary's lags a minute: the simulated p95 of the T4 curve's profiles was 1.25-1.7x
+    their mean, alone and with one to three co-tenants."""
+    target_p95: float = 0.85
+    """The shared rule moves to the profile nearest the live one predicted under this x the
+    SLO (else to the most latency-oriented): a margin under the SLO it acts at."""
+
+    def __post_init__(self) -> None:
+        _fraction("device.shared_min", self.shared_min, zero=False)
+        _fraction("device.target_p95", self.target_p95, zero=False)
+        if not self.p95_per_mean >= 1.0:
+            raise ValueError("device.p95_per_mean must be >= 1")
+
+
 GROUPS: dict[str, type[Any]] = {
     "trust": Trust,
     "stability": Stability,
@@ -208,6 +235,7 @@ GROUPS: dict[str, type[Any]] = {
     "efficiency": Efficiency,
     "capacity": CapacitySettings,
     "forecast": ForecastSettings,
+    "device": DeviceSettings,
 }
 """Each group's name (its field of :class:`PolicySettings`, its YAML section) and class."""
 
@@ -224,9 +252,12 @@ _RENAMED = {
     "default_actuation_s": ("forecast", "default_actuation_s"),
 }
 
+GROUPED_ONLY = {"device"}
+"""Groups added after the flat names were retired: they have none."""
+
 FLAT: dict[str, tuple[str, str]] = {
-    **{f.name: (group, f.name) for group, cls in GROUPS.items() for f in fields(cls)
-       if (group, f.name) not in _RENAMED.values()},
+    **{f.name: (group, f.name) for group, cls in GROUPS.items() if group not in GROUPED_ONLY
+       for f in fields(cls) if (group, f.name) not in _RENAMED.values()},
     **_RENAMED,
 }
 """Each flat name (the policy's settings before they were grouped, and the sidecar YAML's
@@ -252,6 +283,7 @@ class PolicySettings:
     efficiency: Efficiency = field(default_factory=Efficiency)
     capacity: CapacitySettings = field(default_factory=CapacitySettings)
     forecast: ForecastSettings = field(default_factory=ForecastSettings)
+    device: DeviceSettings = field(default_factory=DeviceSettings)
 
     def __post_init__(self) -> None:
         if len(self.ladder) < 2:

@@ -100,6 +100,7 @@ class Reason(str, Enum):
     OVERLOAD = "overload"  # arrivals above capacity, or a backlog growing window after window
     FORECAST = "forecast"  # arrivals projected over the reaction time exceed what it carries
     SATURATION = "saturation"  # queue far above the max delay and the backlog growing
+    SHARED = "shared"  # others share the device: the live profile's stretched batches breach the SLO
     # protective
     SLO_BREACH = "slo_breach"  # p95 over the SLO and not saturated: back off
     FAILURES = "failures"  # rejected/timed-out requests: back off
@@ -132,6 +133,7 @@ _KINDS = {
     Reason.OVERLOAD: "survival",
     Reason.FORECAST: "survival",
     Reason.SATURATION: "survival",
+    Reason.SHARED: "survival",
     Reason.SLO_BREACH: "protective",
     Reason.FAILURES: "protective",
     Reason.RELIEF: "protective",

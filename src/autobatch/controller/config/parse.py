@@ -233,10 +233,11 @@ _FRACTIONS = {
     "efficiency.util_ceiling", "efficiency.min_saving", "efficiency.latency_tolerance",
     "efficiency.min_freed_share", "efficiency.max_busy", "efficiency.max_p95", "efficiency.wait_max_busy",
     "capacity.busy_ceiling", "capacity.live_min_busy", "capacity.device_alpha", "forecast.alpha",
-    "forecast.beta",
+    "forecast.beta", "device.shared_min", "device.target_p95",
 }
 _ABOVE_ZERO = {"efficiency.max_busy", "efficiency.max_p95", "efficiency.wait_max_busy",
-               "capacity.busy_ceiling", "capacity.device_alpha", "forecast.alpha", "forecast.beta"}
+               "capacity.busy_ceiling", "capacity.device_alpha", "forecast.alpha", "forecast.beta",
+               "device.shared_min", "device.target_p95"}
 
 
 def _parse_policy(sec: Section, base: Path, profiles: _Ladder, slo: _Slo,

@@ -1,0 +1,232 @@
+"""The policy on a device others share: the stretch, whose the device is, the shared rule (pure).
+
+Windows here are built as the sidecar's source builds them from the emulated GPU
+(tests/integration/test_device_triton.py measures the real ones): ``stretch`` is
+the batches' compute time over the T4 curve's, ``own_device_share`` the curve's
+time of the model's executions per second, ``others_share`` the device's
+utilisation less that. The replay of a recorded run is in
+tests/unit/test_shared_replay.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from autobatch.curve import BatchCurve
+from autobatch.policy import Action, PolicySettings, Reason, State, decide
+from autobatch.policy.capacity import capacities, device_stretch, p95_estimate
+from autobatch.policy.context import build_context
+from autobatch.policy.rules import shared
+from autobatch.policy.settings import Stability, Trust
+from autobatch.profiles import Profile
+from autobatch.signals import Window
+
+# ResNet-50 v1.5 on a T4, mixed precision (curves/t4-resnet50-fp16.yaml, NVIDIA's table).
+T4 = BatchCurve({1: 12.96, 2: 13.18, 4: 12.99, 8: 12.82, 16: 15.8, 32: 29.54}, name="t4")
+DEFAULT = Profile("triton-default", 32, (), 0)
+MID = Profile("wait-8", 32, (16,), 8000)
+WAIT = Profile("wait-18", 32, (32,), 18300)
+SLO = 60.0
+
+
+def settings(**kw: Any) -> PolicySettings:
+    base: dict[str, Any] = dict(
+        ladder=(DEFAULT, MID, WAIT), slo_p95_ms=SLO, curve=T4,
+        stability=Stability(confirmations=2, min_dwell_s=10.0, stabilization_s=10.0),
+        trust=Trust(p95_settle_s=60.0))
+    base.update(kw)
+    return PolicySettings(**base)
+
+
+def dwin(end: float, *, rate: float = 150.0, batch: float = 3.7, stretch: float = 1.25, others: float = 0.0,
+         mean_ms: float = 25.0, p95_ms: float = 32.0, util: bool = True, **kw: Any) -> Window:
+    """A 1-s window of the emulated T4 model at ``rate``: batches of ``batch`` taking ``stretch``
+    x the curve, the others using ``others`` of the device (None without a utilisation)."""
+    execs = rate / batch
+    curve_ms = T4.ms(round(batch))
+    own = execs * curve_ms / 1000.0
+    base: dict[str, Any] = dict(
+        model="resnet50", start_s=end - 1.0, end_s=end, success_rps=rate, inference_rps=rate, exec_rps=execs,
+        mean_batch_size=batch, mean_queue_ms=max(0.0, mean_ms - curve_ms * stretch),
+        mean_compute_ms=curve_ms * stretch, mean_request_ms=mean_ms, pending_requests=0.0, pending_delta=0.0,
+        p95_ms=p95_ms, p99_ms=p95_ms * 1.1, batch_curve_ms={round(batch): curve_ms * stretch},
+        device_ms_per_request=curve_ms * stretch / batch, busy_instances=min(1.0, own * stretch),
+        stretch=stretch, own_device_share=own,
+        utilization=min(1.0, own + others) if util else None, others_share=others if util else None,
+    )
+    base.update(kw)
+    return Window(**base).with_instance_count(1)
+
+
+# -- the figures ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("window", "stretch"),
+    [
+        (dict(stretch=2.5, others_share=0.4), 2.5),
+        (dict(stretch=2.5, others_share=0.0), 2.5),  # the device is the model's: still what batches take
+        (dict(stretch=0.9, others_share=0.0), 1.0),  # the curve is the device alone: nothing runs faster
+        (dict(stretch=2.5, others_share=None), 1.0),  # no utilisation (a CPU): the live factor's job
+        (dict(stretch=None, others_share=0.4), 1.0),  # no executions
+    ],
+)
+def test_the_stretch_is_read_only_where_the_window_says_what_the_device_does(
+        window: dict[str, Any], stretch: float) -> None:
+    w = Window(model="m", start_s=0.0, end_s=1.0, **window)
+    assert device_stretch(w) == stretch
+
+
+# Simulated on the T4 curve, one instance, Poisson 30 s, seed 1, the device to the model
+# (the i27 shared engine; the command is in docs/policy.md, "A shared device"): p95 ms.
+@pytest.mark.parametrize(
+    ("profile", "rate", "simulated"),
+    [(DEFAULT, 60, 25.0), (DEFAULT, 150, 25.4), (DEFAULT, 300, 25.4),
+     (Profile("p16d25", 32, (16,), 25000), 60, 38.2), (Profile("p16d25", 32, (16,), 25000), 300, 38.5),
+     (Profile("p32d18", 32, (32,), 18300), 150, 31.4), (Profile("p32d18", 32, (32,), 18300), 300, 31.4)],
+)
+def test_the_p95_estimate_alone_lands_near_the_simulator(
+        profile: Profile, rate: float, simulated: float) -> None:
+    assert p95_estimate(profile, rate, T4) == pytest.approx(simulated, rel=0.1)
+
+
+def test_stretched_batches_wait_longer_and_grow() -> None:
+    alone, shared_ = p95_estimate(DEFAULT, 150, T4), p95_estimate(DEFAULT, 150, T4, stretch=2.0)
+    assert shared_ > 1.5 * alone
+
+
+def test_device_time_is_remembered_in_the_devices_own_units() -> None:
+    s = settings()
+    on_gpu = dwin(100.0, stretch=3.0, others=0.5)
+    state = build_context([on_gpu], State.initial("wait-18"), s, 100.5).state
+    ((_, _, seen_gpu),) = state.device.seen
+    assert seen_gpu == pytest.approx(on_gpu.device_ms_per_request / 3.0)
+    on_cpu = dwin(100.0, stretch=3.0, others=0.5, util=False)
+    ((_, _, seen_cpu),) = build_context([on_cpu], State.initial("wait-18"), s, 100.5).state.device.seen
+    assert seen_cpu == pytest.approx(on_cpu.device_ms_per_request)  # a CPU's compute time is the cost
+
+
+def test_capacity_is_what_the_stretched_batches_carry() -> None:
+    s = settings()
+    w = dwin(100.0)
+    one, two = capacities([w], s, T4, 1.0), capacities([w], s, T4, 2.0)
+    assert all(two.rps[i] == pytest.approx(one.rps[i] / 2) for i in range(3))  # type: ignore[operator]
+
+
+# -- the shared rule -----------------------------------------------------------------------------
+
+
+def ctx(active: str, w: Window, s: PolicySettings | None = None) -> Any:
+    before = replace(w, start_s=w.start_s - 1.0, end_s=w.end_s - 1.0)
+    return build_context([before, w], State.initial(active), s or settings(), w.end_s + 0.1)
+
+
+def test_co_tenants_that_stretch_the_waiting_profile_past_the_slo_move_it_down() -> None:
+    c = ctx("wait-18", dwin(100.0, stretch=2.2, others=0.45, mean_ms=48.0, batch=4.5))
+    rec = shared(c)
+    assert rec is not None and rec.reason is Reason.SHARED and rec.target < 2
+    assert "the device is shared: others use 45%" in rec.message and "wait-18's p95 would be" in rec.message
+    # Nothing below is predicted under 0.85 x the SLO: the rung that waits least.
+    assert rec.target == 0 and c.p95_predicted[2] > SLO
+
+
+@pytest.mark.parametrize(
+    ("active", "window", "why"),
+    [
+        ("wait-18", dict(stretch=1.25, others=0.0, mean_ms=25.0), "alone, within the SLO"),
+        ("wait-18", dict(stretch=2.2, others=0.05, mean_ms=48.0), "the device is the model's: its load"),
+        ("wait-18", dict(stretch=2.2, others=0.45, mean_ms=48.0, util=False), "no utilisation: a CPU"),
+        ("triton-default", dict(stretch=2.2, others=0.45, mean_ms=48.0), "already the lowest rung"),
+        ("wait-18", dict(stretch=1.3, others=0.3, mean_ms=30.0), "shared, but still within the SLO"),
+    ],
+)
+def test_the_shared_rule_holds_its_fire(active: str, window: dict[str, Any], why: str) -> None:
+    assert shared(ctx(active, dwin(100.0, **window))) is None, why
+
+
+def test_what_the_window_says_of_the_device_is_in_the_decision() -> None:
+    d, _ = decide([dwin(99.0), dwin(100.0, others=0.02)], State.initial("wait-18"), settings(), 100.1)
+    assert d.signals["device"] == "own" and d.signals["stretch_used"] == 1.25
+    assert set(d.signals["p95_predicted_ms"]) == {"triton-default", "wait-8", "wait-18"}
+    d, _ = decide([dwin(99.0), dwin(100.0, util=False)], State.initial("wait-18"), settings(), 100.1)
+    assert "device" not in d.signals and "p95_predicted_ms" not in d.signals
+
+
+# -- over time: arrival, and the way back -----------------------------------------------------------
+
+# The batches each rung forms at 150 req/s on the T4 curve, alone and beside two co-tenants
+# busy about half the time (batches 2.2x their curve), as the simulator forms them.
+BATCH = {"triton-default": (2.0, 4.4), "wait-8": (2.2, 4.4), "wait-18": (3.7, 4.5)}
+ALONE = dict(stretch=1.25, others=0.0, mean_ms=25.0, p95_ms=32.0)
+SHARED = dict(stretch=2.2, others=0.45, mean_ms=48.0, p95_ms=32.0)
+
+
+def shared_share(end: float, arrival_s: float, leave_s: float) -> float:
+    """How much of the window ending at ``end`` the co-tenants were there."""
+    return max(0.0, min(end, leave_s) - max(end - 1.0, arrival_s))
+
+
+def mixed(end: float, active: str, share: float, **over: Any) -> Window:
+    """The window of the rung ``active`` with the co-tenants there ``share`` of it."""
+    fields = {k: ALONE[k] + share * (SHARED[k] - ALONE[k]) for k in ("stretch", "others", "mean_ms")}
+    alone_b, shared_b = BATCH[active]
+    return dwin(end, **{**ALONE, **fields, "batch": alone_b + share * (shared_b - alone_b), **over})
+
+
+def run(s: PolicySettings, state: State, n: int, window: Any) -> tuple[list[Any], State]:
+    """The controller's loop for ``n`` 1-s windows from 101 s (``window(end, active)``), every
+    switch taking effect at once."""
+    out: list[Any] = []
+    history: list[Window] = []
+    for i in range(n):
+        end = 101.0 + i
+        history.append(window(end, state.active))
+        d, state = decide(history[-30:], state, s, end + 0.05)
+        if d.switch:
+            state = state.switched(d.target, d.at_s, 0.5)
+        out.append(d)
+    return out, state
+
+
+@pytest.mark.parametrize("arrival_s", [120.05, 120.5, 120.95])
+@pytest.mark.parametrize("since_switch_s", [3.0, 100.0])
+def test_co_tenants_arriving_are_answered_within_two_windows(arrival_s: float, since_switch_s: float) -> None:
+    """However the arrival falls in a window, and even within the dwell of the last switch."""
+    state = State.initial("wait-18").switched("wait-18", 120.0 - since_switch_s)
+    decisions, state = run(settings(), state, 30,
+                           lambda end, active: mixed(end, active, shared_share(end, arrival_s, 1e9)))
+    moved = [d for d in decisions if d.switch]
+    assert moved and moved[0].reason is Reason.SHARED, [(d.at_s, d.reason.value) for d in decisions]
+    assert moved[0].at_s - arrival_s <= 2.0 + 0.05, (moved[0].at_s, arrival_s)
+    assert state.active != "wait-18"
+
+
+def test_the_controller_climbs_back_once_the_co_tenants_leave() -> None:
+    """Down on arrival; up again through the efficiency rule after confirmations and the dwell,
+    although the summary p95 still reads the shared phase."""
+    def window(end: float, active: str) -> Window:
+        share = shared_share(end, 120.0, 150.0)
+        return mixed(end, active, share, p95_ms=32.0 if end <= 150.0 else 52.0)
+
+    decisions, state = run(settings(), State.initial("wait-18").switched("wait-18", 50.0), 80, window)
+    switches = [(round(d.at_s - 100.0), d.reason, d.target) for d in decisions if d.switch]
+    assert switches[0][:2] == (21, Reason.SHARED), switches
+    assert all(r is not Reason.EFFICIENCY for t, r, _ in switches if t <= 50), switches  # not while shared
+    up = [(t, target) for t, r, target in switches if r is Reason.EFFICIENCY]
+    assert up and 51 < up[0][0] <= 51 + 10 + 2, switches  # after the dwell and two confirmations
+    assert state.active == "wait-18"
+    assert len(switches) <= 3, switches  # no flapping
+
+
+def test_no_relief_while_the_co_tenants_stretch_every_rung() -> None:
+    """At the bottom with the summary over the SLO: the rungs above would form the same
+    stretched batches (nothing to save) and wait on top: relief holds."""
+    s = settings(stability=Stability(confirmations=1, min_dwell_s=0.0, stabilization_s=0.0),
+                 trust=Trust(p95_settle_s=0.0))
+    w = mixed(100.0, "triton-default", 1.0, p95_ms=75.0, mean_ms=52.0)
+    d, _ = decide([mixed(99.0, "triton-default", 1.0), w], State.initial("triton-default"), s, 100.1)
+    assert d.action is Action.HOLD and d.reason is Reason.AT_LIMIT, d.message
+    assert "nothing above relieves it" in d.signals["relief"]
