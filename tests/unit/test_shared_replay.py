@@ -1,0 +1,62 @@
+"""A recorded run on the emulated GPU, replayed: co-tenants arrive, the policy answers in two windows.
+
+``tests/data/shared-arrival.jsonl.gz`` holds the windows the sidecar's own source read
+(``TritonSource`` with the T4 curve and the device's dcgm-exporter metrics) from the
+real device and Triton, recorded by ``benchmarks/shared_trace.py`` (its command and
+date in ``shared-arrival.meta.json``): ResNet-50 on a T4 (mixed precision) at 150
+req/s, a waiting profile held (preferred [32], 18.3 ms), and two ResNet-50 batch-32
+jobs busy half the time alone, arriving 20 s in and leaving 30 s later. Replayed
+through ``autobatch replay``'s function from that profile: the first decision after
+the arrival is the shared rule's, at most two windows after it, and nothing before
+it or after they leave reads the device as shared.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+from autobatch.curve import BatchCurve
+from autobatch.plan.replay import parse_trace, replay
+from autobatch.policy import PolicySettings, Reason
+from autobatch.policy.settings import Stability
+from autobatch.profiles import Profile
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+META = json.loads((DATA / "shared-arrival.meta.json").read_text(encoding="utf-8"))
+WAITING = Profile("waiting", 32, (META["profile"]["preferred"],), META["profile"]["delay_us"])
+LADDER = (Profile("triton-default", 32, (), 0), Profile("wait-8", 32, (16,), 8000), WAITING)
+
+
+def steps() -> tuple[list, float]:
+    curve = BatchCurve({int(b): ms for b, ms in META["curve"]["points"].items()}, name=META["curve"]["name"])
+    s = PolicySettings(ladder=LADDER, slo_p95_ms=60.0, curve=curve,
+                       stability=Stability(confirmations=2, min_dwell_s=10.0, stabilization_s=10.0))
+    with gzip.open(DATA / "shared-arrival.jsonl.gz", "rt", encoding="utf-8") as f:
+        ticks = parse_trace(f, "shared-arrival.jsonl.gz")
+    interval = (ticks[-1].now_s - ticks[0].now_s) / (len(ticks) - 1)
+    return replay(ticks, s, initial="waiting"), interval
+
+
+def test_co_tenants_arriving_are_answered_within_two_windows_on_the_recorded_run() -> None:
+    out, interval = steps()
+    arrival = META["arrival_s"]
+    assert len(out) >= 60 and 0.9 < interval < 1.3
+    before = [s for s in out if s.tick.now_s <= arrival]
+    assert len(before) >= 15 and not any(s.decision.switch for s in before), [
+        (s.decision.reason.value, s.decision.message) for s in before if s.decision.switch]
+    first = next(s for s in out if s.decision.switch)
+    assert first.decision.reason is Reason.SHARED, first.decision.message
+    assert first.tick.now_s - arrival <= 2 * interval, (first.tick.now_s - arrival, interval)
+    assert first.decision.signals["device"] == "shared"
+    assert first.decision.signals["p95_predicted_ms"]["waiting"] > 60.0
+
+
+def test_the_device_reads_as_the_models_own_before_and_after_the_co_tenants() -> None:
+    out, _ = steps()
+    arrival, leave = META["arrival_s"], META["leave_s"]
+    alone = [s for s in out if s.tick.now_s < arrival or s.tick.now_s > leave + 1.5]
+    assert alone and all(s.decision.signals.get("device") == "own" for s in alone
+                         if "device" in s.decision.signals)
+    assert not any(s.decision.reason is Reason.SHARED for s in alone)
