@@ -80,7 +80,7 @@ def build() -> dict[str, Any]:
               unit="none", stack=True, x=0, y=6),
         panel(3, "Switches by reason",
               "Profile switches applied, by the policy's reason: survival (overload, forecast, "
-              "saturation), protective (slo_breach, failures, relief), efficiency (efficiency, "
+              "saturation, shared), protective (slo_breach, failures, relief), efficiency (efficiency, "
               "self_inflicted_wait, low_load, no_gain) and pin.",
               [(f"sum by (reason) (increase(autobatch_switches_total{{{M}}}[{rate}]))", "{{reason}}")],
               unit="short", bars=True, x=12, y=6),
