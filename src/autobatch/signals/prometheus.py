@@ -167,6 +167,14 @@ def _one(results: Results, name: str) -> float | None:
     return values[0][1]
 
 
+def _instances(results: Results, per_replica: int | None) -> int | None:
+    """The model's instances across the replicas Prometheus counts, where the count is known."""
+    replicas = _one(results, "replicas")
+    if per_replica and replicas is not None and math.isfinite(replicas) and replicas > 0:
+        return int(replicas) * per_replica
+    return None
+
+
 def window_from_results(
     results: Results,
     *,
@@ -239,12 +247,7 @@ def window_from_results(
         busy = sum(parts) / batch / 1e6
     elif v["exec"] == 0:
         busy = 0.0
-    replicas = _one(results, "replicas")
-    instances = (
-        int(replicas) * instances_per_replica
-        if instances_per_replica and replicas is not None and math.isfinite(replicas) and replicas > 0
-        else None
-    )
+    instances = _instances(results, instances_per_replica)
     return Window(
         model=model,
         start_s=end_s - range_s,
