@@ -91,6 +91,10 @@ def test_plan_json_write_profiles_and_plot(tmp_path):
     [
         (["--curve", "nope.yaml", "--slo-p99-ms", "100", "--network-ms", "10"], "nope.yaml: file not found"),
         (["--curve", FP16_256, "--slo-p99-ms", "-5", "--network-ms", "10"], "slo_p99_ms = -5"),
+        (["--curve", FP16_256, "--slo-p95-ms", "-5", "--network-ms", "10"], "slo_p95_ms = -5"),
+        (["--curve", FP16_256, "--network-ms", "10"], "--slo-p95-ms / --slo-p99-ms: give exactly one"),
+        (["--curve", FP16_256, "--slo-p95-ms", "60", "--slo-p99-ms", "100", "--network-ms", "10"],
+         "--slo-p95-ms / --slo-p99-ms: give exactly one"),
         (["--curve", FP16_256, "--slo-p99-ms", "100", "--network-ms", "10", "--rate", "5",
           "--sessions", "2", "--fps", "5"], "give one load"),
         (["--curve", FP16_256, "--slo-p99-ms", "100", "--network-ms", "10", "--margin", "1.5"],

@@ -6,7 +6,7 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -303,11 +303,16 @@ def _print_simulation(prof: Profile, service: ServiceModel, work: Workload, resu
         out.print(sim_renderable(result, f"{prof.summary()} on {service.curve.name}, {work.label}"))
 
 
+SloP95Option = Annotated[
+    float | None, typer.Option(help="Or: the latency SLO at p95, in ms (the sidecar's slo.p95_ms).")]
+
+
 @app.command()
 def plan(
     curve: CurveOption,
-    slo_p99_ms: Annotated[float, typer.Option(help="The latency SLO, p99, in ms.")],
     network_ms: Annotated[float, typer.Option(help="Network and client overhead per request, ms.")],
+    slo_p99_ms: Annotated[float | None, typer.Option(help="The latency SLO, p99, in ms.")] = None,
+    slo_p95_ms: SloP95Option = None,
     rate: Annotated[float | None, typer.Option(help="The load to plan for: Poisson requests/s.")] = None,
     sessions: Annotated[int | None, typer.Option(help="Or: this many streams ...")] = None,
     fps: Annotated[float | None, typer.Option(help="... at this many frames per second.")] = None,
@@ -356,7 +361,8 @@ def plan(
     with and without it.
 
     Predicted latencies come from the simulator of Triton's dynamic batcher and
-    include --network-ms, as the SLO does. Triton's default (no preferred sizes,
+    include --network-ms, as the SLO does. The SLO is --slo-p99-ms or --slo-p95-ms: candidates,
+    the sweep and "does switching pay?" judge at its percentile. Triton's default (no preferred sizes,
     no wait) is always a candidate, and the baseline of "does switching pay?".
 
     Example: autobatch plan --curve curves/laptop-256x144-fp16.yaml --slo-p99-ms 100
@@ -374,8 +380,8 @@ def plan(
     the SLO with them; the default may no longer keep up), and does switching pay when
     they come and go.
 
-    Example: autobatch plan --curve curves/t4-resnet50-fp16.yaml --slo-p99-ms 60 --network-ms 0
-    --rate 150 --cotenants examples/cotenants/t4-two-jobs.yaml
+    Example: autobatch plan --curve curves/t4-resnet50-fp16.yaml --slo-p95-ms 60 --network-ms 2
+    --rate 150 --schedule examples/schedules/cotenants-step.yaml
     """
     from autobatch.cli.views import plot_file, plot_plan
     from autobatch.curve import load_curve
@@ -390,20 +396,25 @@ def plan(
         plot_file(plot, field="--plot")  # before the planning runs and any profile is written
     device = _SharedOptions(cotenants, schedule, sharing, quantum_ms, switch_ms).load()
     result = make_plan(
-        load_curve(curve), slo_p99_ms, network_ms, rate_rps=rate, sessions=sessions, fps=fps,
-        max_batch_size=max_batch_size, margin_frac=margin, instances=instances, model=model,
-        allow_extrapolation=allow_extrapolation, batch_overhead_ms=batch_overhead_ms,
-        request_overhead_ms=request_overhead_ms, seed=seed,
+        load_curve(curve), network_ms=network_ms, **_slo(slo_p95_ms, slo_p99_ms), rate_rps=rate,
+        sessions=sessions, fps=fps, max_batch_size=max_batch_size, margin_frac=margin,
+        instances=instances, model=model, allow_extrapolation=allow_extrapolation,
+        batch_overhead_ms=batch_overhead_ms, request_overhead_ms=request_overhead_ms, seed=seed,
         schedule=load_schedule(schedule) if schedule is not None else None,
         schedule_label=str(schedule) if schedule is not None else None,
         ladder=list(load_profiles(ladder).values()) if ladder is not None else None,
         reaction_s=reaction_s, priority_mix=_priority_mix(priority_mix), device=device,
     )
-    written = (
-        write_profile_files(result.profile_documents(), write_profiles, force=force)
-        if write_profiles else []
-    )
+    written = (write_profile_files(result.profile_documents(), write_profiles, force=force)
+               if write_profiles else [])
     _print_plan(result, written, plot_plan(result, plot) if plot else None, json_output)
+
+
+def _slo(p95_ms: float | None, p99_ms: float | None) -> dict[str, Any]:
+    """The SLO given, as make_plan takes it: exactly one of --slo-p95-ms and --slo-p99-ms."""
+    if (p95_ms is None) == (p99_ms is None):
+        raise ConfigError("--slo-p95-ms / --slo-p99-ms: give exactly one (the SLO's latency at p95 or p99)")
+    return {"slo_ms": p95_ms, "slo_percentile": 95} if p95_ms is not None else {"slo_ms": p99_ms}
 
 
 def _print_plan(result: Plan, written: list[Path], drawn: Path | None, json_output: bool) -> None:

@@ -142,11 +142,17 @@ class LoadSpec:
         }
 
 
-def _meets(result: SimResult, slo_p99_ms: float) -> bool:
-    """Within the SLO at p99, and keeping up (a backlog drained after the arrivals stop
+def _tail(lat: Any, percentile: int) -> float:
+    """The SLO's percentile of ``lat`` (95 or 99)."""
+    return float(lat.p95_ms if percentile == 95 else lat.p99_ms)
+
+
+def _meets(result: SimResult, slo_ms: float, percentile: int = 99) -> bool:
+    """Within the SLO at its percentile, and keeping up (a backlog drained after the arrivals stop
     serves less than was offered)."""
     lat = result.latency
-    return lat is not None and lat.p99_ms <= slo_p99_ms and result.throughput_rps >= 0.97 * result.offered_rps
+    return (lat is not None and _tail(lat, percentile) <= slo_ms
+            and result.throughput_rps >= 0.97 * result.offered_rps)
 
 
 @dataclass(frozen=True)
@@ -156,10 +162,11 @@ class Candidate:
     """At the plan's load, on the plan's device (with its co-tenants, if any)."""
     max_rate_rps: float
     sweep: tuple[SweepPoint, ...]
-    slo_p99_ms: float
+    slo_ms: float
     alone: SimResult | None = None
     """With co-tenants on the device: the same load with the device to the model (its
     instances only), to set beside ``at_load``."""
+    slo_percentile: int = 99
 
     @property
     def device_ms(self) -> float:
@@ -169,11 +176,12 @@ class Candidate:
 
     @property
     def meets_slo(self) -> bool:
-        return _meets(self.at_load, self.slo_p99_ms)
+        return _meets(self.at_load, self.slo_ms, self.slo_percentile)
 
     @property
     def meets_slo_alone(self) -> bool:
-        return _meets(self.alone if self.alone is not None else self.at_load, self.slo_p99_ms)
+        return _meets(self.alone if self.alone is not None else self.at_load, self.slo_ms,
+                      self.slo_percentile)
 
     def to_dict(self) -> dict[str, Any]:
         lat = self.at_load.latency
@@ -212,7 +220,8 @@ class Candidate:
 @dataclass(frozen=True)
 class Plan:
     curve: BatchCurve
-    slo_p99_ms: float
+    slo_ms: float
+    """The SLO's latency, at :attr:`slo_percentile`."""
     network_ms: float
     model_max_batch_size: int
     instances: int
@@ -234,6 +243,12 @@ class Plan:
     """The shared device the candidates ran on (None: every instance its own device)."""
     shared: SharedVerdict | None = None
     """With co-tenants: does batching pay with them on the device (:func:`shared_verdict`)."""
+    slo_percentile: int = 99
+    """95 or 99: the percentile the SLO bounds (``autobatch plan --slo-p95-ms`` or ``--slo-p99-ms``)."""
+
+    @property
+    def slo_label(self) -> str:
+        return f"p{self.slo_percentile}"
 
     @property
     def example(self) -> Budget:
@@ -242,8 +257,8 @@ class Plan:
     @property
     def recommended(self) -> Candidate | None:
         """At the given load, the controller's objective among the candidates within the
-        SLO: the least device time, unless it saves under 15% against the lowest-p99
-        one, then the lowest p99. With batching that loses, batch 1 whenever it is
+        SLO: the least device time, unless it saves under 15% against the one with the lowest
+        tail (the SLO's percentile), then that one. With batching that loses, batch 1 whenever it is
         within the SLO."""
         return self._best(alone=False)
 
@@ -263,7 +278,7 @@ class Plan:
         def figures(c: Candidate) -> tuple[str, float, float, float]:
             r = c.alone if alone and c.alone is not None else c.at_load
             dev = device_ms_per_request(r)
-            return (c.profile.name, 0.0, r.latency.p99_ms if r.latency else math.inf,
+            return (c.profile.name, 0.0, _tail(r.latency, self.slo_percentile) if r.latency else math.inf,
                     dev if not math.isnan(dev) else math.inf)
 
         name = pick_profile([figures(c) for c in ok])
@@ -280,12 +295,12 @@ class Plan:
         for cand in self.candidates:
             data = cand.profile.to_dict()
             lat = cand.at_load.latency
-            p99 = "-" if lat is None else f"{lat.p99_ms:.1f}"
+            tail = "-" if lat is None else f"{_tail(lat, self.slo_percentile):.1f}"
             docs.append({
                 "name": data.pop("name"),
                 "description": (
-                    f"autobatch plan for curve {self.curve.name!r}, SLO p99 {self.slo_p99_ms:g} ms: "
-                    f"at {self.load.label}, p99 {p99} ms; within the SLO up to "
+                    f"autobatch plan for curve {self.curve.name!r}, SLO {self.slo_label} {self.slo_ms:g} ms: "
+                    f"at {self.load.label}, {self.slo_label} {tail} ms; within the SLO up to "
                     f"{cand.max_rate_rps:.0f} rps"
                 ),
                 **data,
@@ -310,7 +325,8 @@ class Plan:
         rec = self.recommended
         return {
             "curve": {"name": self.curve.name, "points": dict(self.curve.points)},
-            "slo_p99_ms": self.slo_p99_ms,
+            f"slo_{self.slo_label}_ms": self.slo_ms,
+            "slo": {"percentile": self.slo_percentile, "ms": self.slo_ms},
             "network_ms": self.network_ms,
             "model_max_batch_size": self.model_max_batch_size,
             "instances": self.instances,
@@ -352,9 +368,10 @@ def _p99(stats: Any) -> str:
 
 def make_plan(
     curve: BatchCurve,
-    slo_p99_ms: float,
+    slo_ms: float,
     network_ms: float,
     *,
+    slo_percentile: int = 99,
     rate_rps: float | None = None,
     sessions: int | None = None,
     fps: float | None = None,
@@ -380,9 +397,9 @@ def make_plan(
     """Everything ``autobatch plan`` prints, for one curve, SLO and load.
 
     Predicted latencies are arrival to completion plus ``network_ms``, the
-    same quantity the SLO bounds. ``duration_s`` is how long the given load is
-    simulated; ``sweep_points`` and ``sweep_requests`` size the search for
-    each candidate's highest sustained rate.
+    same quantity the SLO bounds: ``slo_ms`` at ``slo_percentile`` (95 or 99).
+    ``duration_s`` is how long the given load is simulated; ``sweep_points`` and
+    ``sweep_requests`` size the search for each candidate's highest sustained rate.
 
     "Does switching pay here?" runs over ``schedule`` (default: a step from a
     tenth of the load to the load and back, :func:`assumed_step`) with ``ladder``
@@ -400,7 +417,9 @@ def make_plan(
     _check_inputs(max_batch_size, instances, seed)
     # network_ms is the SLO's own: checked (and named) as that, before it becomes the
     # simulator's fixed_latency_ms.
-    check_slo_inputs(slo_p99_ms, network_ms, margin_frac)
+    if slo_percentile not in (95, 99):
+        raise ConfigError(f"slo_percentile = {slo_percentile!r}: must be 95 or 99")
+    check_slo_inputs(slo_ms, network_ms, margin_frac, name=f"slo_p{slo_percentile}_ms")
     service = ServiceModel(
         curve,
         batch_overhead_ms=batch_overhead_ms,
@@ -408,18 +427,20 @@ def make_plan(
         fixed_latency_ms=network_ms,
         noise_cv=noise_cv,
     )
-    run = _Run(service, float(slo_p99_ms), instances, seed, duration_s, model, max_batch_size, device)
+    run = _Run(service, float(slo_ms), instances, seed, duration_s, model, max_batch_size, device,
+               slo_percentile)
     load = _load(run, rate_rps, sessions, fps)
     verdict = batching_verdict(curve, max_batch_size)
-    fit = largest_fitting_batch(curve, slo_p99_ms, network_ms, max_batch_size, margin_frac=margin_frac)
+    fit = largest_fitting_batch(curve, slo_ms, network_ms, max_batch_size, margin_frac=margin_frac)
     profile_mbs = _profile_max_batch(curve, fit, max_batch_size, allow_extrapolation)
-    budget = queue_budget(slo_p99_ms, network_ms, curve, profile_mbs, margin_frac=margin_frac)
+    budget = replace(queue_budget(slo_ms, network_ms, curve, profile_mbs, margin_frac=margin_frac),
+                     slo_label=f"p{slo_percentile}")
     profiles = _profiles(run, verdict, budget, allow_extrapolation=allow_extrapolation)
     workload = load.workload(duration_s, seed)
     candidates = tuple(_candidate(run, p, workload, sweep_points, sweep_requests) for p in profiles)
     plan = Plan(
         curve=curve,
-        slo_p99_ms=run.slo_p99_ms,
+        slo_ms=run.slo_ms,
         network_ms=float(network_ms),
         model_max_batch_size=max_batch_size,
         instances=instances,
@@ -436,6 +457,7 @@ def make_plan(
                              schedule_label, reaction_s),
         lanes=_lanes(run, profiles, load, priority_mix),
         device=device,
+        slo_percentile=slo_percentile,
     )
     return replace(plan, shared=_shared(plan))
 
@@ -448,7 +470,7 @@ class _Run:
     """What every step of one plan reads: the service model, the SLO, the model's limits, the seed."""
 
     service: ServiceModel
-    slo_p99_ms: float
+    slo_ms: float
     instances: int
     seed: int
     duration_s: float
@@ -458,6 +480,7 @@ class _Run:
     max_batch_size: int
     """The model's own max_batch_size."""
     device: SharedDevice | None = None
+    slo_percentile: int = 99
 
     def simulate(self, profile: Profile, workload: Workload, *, cotenants: bool = True) -> SimResult:
         """``workload`` under ``profile`` on the plan's device (without its co-tenants when
@@ -528,14 +551,15 @@ def _candidate(run: _Run, prof: Profile, workload: Workload, sweep_points: int,
     top, sweep = max_sustained_rate(
         prof,
         run.service,
-        run.slo_p99_ms,
+        run.slo_ms,
         instances=run.instances,
+        percentile=run.slo_percentile,
         points=sweep_points,
         requests=sweep_requests,
         seed=run.seed,
         device=run.device,
     )
-    return Candidate(prof, at_load, top, sweep, run.slo_p99_ms, alone)
+    return Candidate(prof, at_load, top, sweep, run.slo_ms, alone, run.slo_percentile)
 
 
 def _sessions(run: _Run, load: LoadSpec, profile_mbs: int) -> tuple[SessionsResult, ...]:
@@ -566,7 +590,8 @@ def _switching(run: _Run, ladder: list[Profile], load: LoadSpec, schedule: Sched
         schedule_label = f"an assumed step, {low:g} -> {load.offered_rps:g} -> {low:g} rps"
     return switching_map(
         ladder, run.service, schedule,
-        slo_ms=run.slo_p99_ms, slo_share=0.01, instances=run.instances, reaction_s=reaction_s,
+        slo_ms=run.slo_ms, slo_share=1.0 - run.slo_percentile / 100.0, instances=run.instances,
+        reaction_s=reaction_s,
         seed=run.seed, label=schedule_label or "the given schedule",
         device=None if run.device is None else run.device.for_schedule(schedule),
     )
@@ -599,7 +624,7 @@ def _shared(plan: Plan) -> SharedVerdict | None:
         tuple(options), default=plan.candidates[0].profile.name,
         best_alone=None if best_alone is None else best_alone.profile.name,
         best_shared=None if best_shared is None else best_shared.profile.name,
-        device=plan.device.label, slo_ms=plan.slo_p99_ms,
+        device=plan.device.label, slo_ms=plan.slo_ms, label=plan.slo_label,
     )
 
 

@@ -47,6 +47,8 @@ class Budget:
     batch_kind: PointKind
     """Whether ``batch_ms`` was measured, interpolated or extrapolated."""
     margin_frac: float
+    slo_label: str = "p99"
+    """The percentile ``slo_p99_ms`` bounds, as the equation names it (``p95`` for a p95 SLO)."""
 
     @property
     def budget_ms(self) -> float:
@@ -69,7 +71,7 @@ class Budget:
     def equation(self) -> str:
         flag = "" if self.batch_kind is PointKind.MEASURED else f", {self.batch_kind.value}"
         return (
-            f"budget = SLO p99 {self.slo_p99_ms:g} ms - batch of {self.batch_size} "
+            f"budget = SLO {self.slo_label} {self.slo_p99_ms:g} ms - batch of {self.batch_size} "
             f"{self.batch_ms:.4g} ms{flag} - network {self.network_ms:g} ms "
             f"= {self.budget_ms:.4g} ms"
         )
@@ -88,10 +90,12 @@ class Budget:
         }
 
 
-def check_slo_inputs(slo_p99_ms: float, network_ms: float, margin_frac: float) -> None:
-    """The SLO, the network overhead and the margin, each named as the field it is."""
+def check_slo_inputs(slo_p99_ms: float, network_ms: float, margin_frac: float,
+                     name: str = "slo_p99_ms") -> None:
+    """The SLO, the network overhead and the margin, each named as the field it is (the SLO
+    as ``name``: ``slo_p95_ms`` for a p95 SLO)."""
     if not (math.isfinite(slo_p99_ms) and slo_p99_ms > 0):
-        raise ConfigError(f"slo_p99_ms = {slo_p99_ms!r}: must be a number > 0")
+        raise ConfigError(f"{name} = {slo_p99_ms!r}: must be a number > 0")
     if not (math.isfinite(network_ms) and network_ms >= 0):
         raise ConfigError(f"network_ms = {network_ms!r}: must be a number >= 0")
     if not (math.isfinite(margin_frac) and 0 <= margin_frac < 1):

@@ -49,11 +49,12 @@ def _point(
     profile: Profile,
     service: ServiceModel,
     rate: float,
-    slo_p99_ms: float,
+    slo_ms: float,
     requests: int,
     seed: int,
     instances: int,
     device: SharedDevice | None = None,
+    percentile: int = 99,
 ) -> SweepPoint:
     duration = max(requests / rate, 1.0)
     work = Workload.poisson(rate, duration, seed)
@@ -74,14 +75,14 @@ def _point(
         p99_ms=lat.p99_ms,
         throughput_rps=res.throughput_rps,
         mean_batch=res.mean_batch,
-        within_slo=keeps_up and lat.p99_ms <= slo_p99_ms,
+        within_slo=keeps_up and (lat.p95_ms if percentile == 95 else lat.p99_ms) <= slo_ms,
     )
 
 
 def max_sustained_rate(
     profile: Profile,
     service: ServiceModel,
-    slo_p99_ms: float,
+    slo_ms: float,
     *,
     instances: int = 1,
     points: int = 16,
@@ -89,9 +90,10 @@ def max_sustained_rate(
     requests: int = 20_000,
     seed: int = 0,
     device: SharedDevice | None = None,
+    percentile: int = 99,
 ) -> tuple[float, tuple[SweepPoint, ...]]:
-    """The highest Poisson rate at which ``profile`` keeps p99 within the SLO, and the
-    sweep behind it.
+    """The highest Poisson rate at which ``profile`` keeps its ``percentile`` (95 or 99)
+    within ``slo_ms``, and the sweep behind it.
 
     Latency is not monotone in load under batching (at low load a request may
     wait the whole delay; a little more load fills batches sooner), so the
@@ -103,7 +105,7 @@ def max_sustained_rate(
     cap = _capacity_rps(profile, service, instances)
     grid = [cap * (i + 1) / points for i in range(points)]
     sweep = [
-        _point(profile, service, r, slo_p99_ms, requests, seed, instances, device) for r in grid
+        _point(profile, service, r, slo_ms, requests, seed, instances, device, percentile) for r in grid
     ]
     good = [p for p in sweep if p.within_slo]
     if not good:
@@ -115,7 +117,7 @@ def max_sustained_rate(
     lo, hi = last_good.rate_rps, above[0].rate_rps
     for _ in range(refine):
         mid = (lo + hi) / 2
-        pt = _point(profile, service, mid, slo_p99_ms, requests, seed, instances, device)
+        pt = _point(profile, service, mid, slo_ms, requests, seed, instances, device, percentile)
         sweep.append(pt)
         if pt.within_slo:
             lo = mid

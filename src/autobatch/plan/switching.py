@@ -551,13 +551,22 @@ def _verdict(
         return SwitchingVerdict(
             SwitchingKind.PAYS, best.name, ratio, misses,
             f"switching pays: {1 - ratio:.0%} less device time per request than the best static "
-            f"profile, {best.name}, with every phase as close to the SLO{versus}",
+            f"profile, {best.name}, with every phase as close to the SLO{versus}"
+            + _cheaper_misses(best, statics, missed),
         )
     return SwitchingVerdict(
         SwitchingKind.LATENCY, best.name, ratio, misses,
         f"switching pays in latency, not device time: the best static profile, {best.name}, "
         f"uses {1 / ratio:.2f}x switching's device time, but{_latency_cost(best, oracle, lead='')}{versus}",
     )
+
+
+def _cheaper_misses(best: Strategy, statics: Sequence[Strategy], missed: Any) -> str:
+    """The static profiles that would use less device time than ``best``, and the phases they miss."""
+    cheaper = sorted((s for s in statics if s.device_ms < best.device_ms and missed(s)),
+                     key=lambda s: s.device_ms)
+    return "".join(f"; {s.name} uses {s.device_ms / best.device_ms:.2f}x its device time but goes over "
+                   f"the SLO in {', '.join(missed(s))}" for s in cheaper)
 
 
 def _cheaper(chosen: Strategy, statics: Sequence[Strategy], missed: Any) -> str:

@@ -291,46 +291,48 @@ class SharedVerdict:
 
 
 def shared_verdict(options: tuple[SharedOption, ...], *, default: str, best_alone: str | None,
-                   best_shared: str | None, device: str, slo_ms: float) -> SharedVerdict:
+                   best_shared: str | None, device: str, slo_ms: float,
+                   label: str = "p99") -> SharedVerdict:
     """The verdict from each candidate alone and with the co-tenants, given the best choice
     of each (the planner's objective picks them: the SLO first, then device time)."""
     by = {o.name: o for o in options}
     d = by[default]
 
     def p(o: SharedOption) -> str:
-        return "-" if o.shared_p99_ms is None else f"{o.shared_p99_ms:.0f} ms"
+        v = o.shared_p95_ms if label == "p95" else o.shared_p99_ms
+        return "-" if v is None else f"{label} {v:.0f} ms"
 
     def verdict(kind: SharedKind, message: str) -> SharedVerdict:
         return SharedVerdict(kind, device, best_alone, best_shared, message, options)
 
     if best_shared is None:
         return verdict(SharedKind.FULL, (
-            f"with {device}, no profile keeps p99 within {slo_ms:g} ms (Triton's default: p99 {p(d)}, "
+            f"with {device}, no profile keeps {label} within {slo_ms:g} ms (Triton's default: {p(d)}, "
             f"{d.served:.0%} of the load served): the device is too full; move a co-tenant or add a device"))
     s = by[best_shared]
     if not d.shared_ok and s.waits:
         return verdict(SharedKind.NEEDED, (
-            f"with the co-tenants, Triton's default no longer keeps the SLO (p99 {p(d)}, "
-            f"{d.served:.0%} of the load served); {s.name} keeps it (p99 {p(s)}) with the model on "
+            f"with the co-tenants, Triton's default no longer keeps the SLO ({p(d)}, "
+            f"{d.served:.0%} of the load served); {s.name} keeps it ({p(s)}) with the model on "
             f"{s.model_share:.0%} of the device: batching is what keeps it up"))
     a = by.get(best_alone) if best_alone is not None else None
     if a is not None and a.name != s.name and a.alone_ok and not a.shared_ok:
         return verdict(SharedKind.BREAKS, (
             f"{a.name}, the best profile alone (p95 {a.alone_p95_ms or 0:.0f} ms, device "
-            f"{a.alone_busy:.0%} busy), breaks the SLO with the co-tenants (p99 {p(a)}); "
-            f"{s.name} keeps it (p99 {p(s)}, the model on {s.model_share:.0%} of the device)"))
+            f"{a.alone_busy:.0%} busy), breaks the SLO with the co-tenants ({p(a)}); "
+            f"{s.name} keeps it ({p(s)}, the model on {s.model_share:.0%} of the device)"))
     if s.waits:
         return verdict(SharedKind.FREES, (
-            f"with the co-tenants, {s.name} keeps the SLO (p99 {p(s)}) with the model on "
+            f"with the co-tenants, {s.name} keeps the SLO ({p(s)}) with the model on "
             f"{s.model_share:.0%} of the device against Triton's default's {d.model_share:.0%}: the "
             f"co-tenants get {s.cotenant_items_per_s:.0f} items/s against {d.cotenant_items_per_s:.0f}"))
     keeping = [o for o in options if o.waits and o.shared_ok]
     if not keeping:
         return verdict(SharedKind.NO_GAIN, (
-            f"with the co-tenants, {s.name} (no wait) is the best choice (p99 {p(s)}): no profile "
+            f"with the co-tenants, {s.name} (no wait) is the best choice ({p(s)}): no profile "
             f"that waits keeps the SLO with them"))
     w = min(keeping, key=lambda o: o.model_share)
     return verdict(SharedKind.NO_GAIN, (
-        f"with the co-tenants, {s.name} (no wait) is the best choice (p99 {p(s)}): {w.name} keeps "
-        f"the SLO too (p99 {p(w)}) but leaves the model on {w.model_share:.0%} of the device against "
+        f"with the co-tenants, {s.name} (no wait) is the best choice ({p(s)}): {w.name} keeps "
+        f"the SLO too ({p(w)}) but leaves the model on {w.model_share:.0%} of the device against "
         f"{s.model_share:.0%}, too little saved to pay for its latency"))

@@ -26,7 +26,7 @@ _FLAG = {
 def plan_renderable(plan: Plan) -> RenderableType:
     """Everything ``autobatch plan`` prints, top to bottom in the order the plan was made."""
     parts: list[RenderableType] = [
-        Text(f"Batch curve {plan.curve.name!r}: SLO p99 {plan.slo_p99_ms:g} ms, "
+        Text(f"Batch curve {plan.curve.name!r}: SLO {plan.slo_label} {plan.slo_ms:g} ms, "
              f"network {plan.network_ms:g} ms, load: {plan.load.label}", style="bold"),
         Text(""),
         *_equation(plan),
@@ -39,7 +39,7 @@ def plan_renderable(plan: Plan) -> RenderableType:
     ]
     if plan.shared is not None:
         parts.append(Text(""))
-        parts.append(shared_renderable(plan.shared, plan.slo_p99_ms))
+        parts.append(shared_renderable(plan.shared, plan.slo_ms, plan.slo_label))
     if plan.switching is not None:
         parts.append(Text(""))
         parts.append(switching_renderable(plan.switching))
@@ -55,7 +55,7 @@ def _equation(plan: Plan) -> list[RenderableType]:
     b, ex = plan.budget, plan.example
     return [
         Text("The SLO equation (queue-delay budget)", style="bold"),
-        Text("  budget = SLO p99 - time of one batch at the max batch size - network"),
+        Text(f"  budget = SLO {plan.slo_label} - time of one batch at the max batch size - network"),
         Text(f"  here:    {b.equation()}"),
         Text(
             f"  delay:   budget x (1 - margin {b.margin_frac:g}) = "
@@ -152,11 +152,11 @@ def _candidates(plan: Plan) -> list[RenderableType]:
     parts.append(Text("  pref: preferred batch sizes (none: Triton's default, read as [max]); max: max "
                       "batch size. p50/p95/p99 (ms), rps (throughput), batch (mean size) and device ms "
                       f"({device_ms}) at the given load; max rps: the highest Poisson rate "
-                      "with p99 within the SLO. Recommended: the least device time within the SLO, "
-                      "the lowest p99 where it saves under 15%"))
+                      f"with {plan.slo_label} within the SLO. Recommended: the least device time within "
+                      f"the SLO, the lowest {plan.slo_label} where it saves under 15%"))
     if rec is None:
         who = " (or fewer co-tenants)" if plan.device is not None and plan.device.cotenants else ""
-        parts.append(Text(f"No candidate keeps p99 within the SLO at this load: only more "
+        parts.append(Text(f"No candidate keeps {plan.slo_label} within the SLO at this load: only more "
                           f"instances or replicas{who} help.", style="bold red"))
     return parts
 
@@ -170,10 +170,10 @@ _SHARED_STYLE = {
 }
 
 
-def shared_renderable(v: SharedVerdict, slo_ms: float) -> RenderableType:
+def shared_renderable(v: SharedVerdict, slo_ms: float, label: str = "p99") -> RenderableType:
     """Each candidate with the device to the model and with the co-tenants, and the verdict."""
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left",
-              title=f"With co-tenants: {v.device} (simulated, SLO p99 {slo_ms:g} ms)")
+              title=f"With co-tenants: {v.device} (simulated, SLO {label} {slo_ms:g} ms)")
     for col in ("profile", "alone p95", "alone busy", "shared p95", "shared p99", "device busy",
                 "model share", "served", "co-tenant items/s", ""):
         t.add_column(col, justify="left" if col in ("profile", "") else "right")

@@ -84,11 +84,11 @@ def plot_plan(plan: Plan, path: str | Path) -> Path:
         (line,) = ax.plot(rates, p99, marker="o", markersize=3, label=f"{name} p99")
         colours[name] = line.get_color()
         ax.plot(rates, p50, linestyle="--", color=line.get_color(), label=f"{name} p50")
-    ax.axhline(plan.slo_p99_ms, color="black", linewidth=1, label=f"SLO p99 {plan.slo_p99_ms:g} ms")
+    ax.axhline(plan.slo_ms, color="black", linewidth=1, label=f"SLO {plan.slo_label} {plan.slo_ms:g} ms")
     if plan.load.offered_rps:
         ax.axvline(plan.load.offered_rps, color="grey", linewidth=1, linestyle=":",
                    label=f"given load {plan.load.offered_rps:g} rps")
-    ax.set_ylim(0, plan.slo_p99_ms * 2)
+    ax.set_ylim(0, plan.slo_ms * 2)
     ax.set_xlabel("Poisson arrival rate (requests/s)")
     ax.set_ylabel("latency incl. network (ms)")
     ax.set_title(f"{plan.curve.name}: simulated latency against load")
