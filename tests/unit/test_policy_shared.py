@@ -230,3 +230,29 @@ def test_no_relief_while_the_co_tenants_stretch_every_rung() -> None:
     d, _ = decide([mixed(99.0, "triton-default", 1.0), w], State.initial("triton-default"), s, 100.1)
     assert d.action is Action.HOLD and d.reason is Reason.AT_LIMIT, d.message
     assert "nothing above relieves it" in d.signals["relief"]
+
+
+# -- the efficiency rule on a device it sees ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("window", "fires", "why"),
+    [
+        (dict(stretch=1.25, others=0.0, mean_ms=25.0, p95_ms=32.0), True, "alone: the stretch predicts room"),
+        (dict(stretch=1.25, others=0.0, mean_ms=25.0, p95_ms=52.0), True,
+         "alone, though the summary p95 still remembers the co-tenants gone"),
+        (dict(stretch=1.25, others=0.0, mean_ms=25.0, p95_ms=52.0, util=False), False,
+         "no utilisation (a CPU): the summary p95 is judged, over the headroom"),
+        (dict(stretch=1.25, others=0.65, mean_ms=25.0, p95_ms=32.0), False,
+         "others use more than util_ceiling of the device"),
+        (dict(stretch=2.2, others=0.45, mean_ms=48.0, p95_ms=32.0), False,
+         "shared: the rungs above are predicted past the headroom"),
+    ],
+)
+def test_the_efficiency_rule_judges_the_stretched_predictions_and_the_others_share(
+        window: dict[str, Any], fires: bool, why: str) -> None:
+    from autobatch.policy.rules import efficiency
+
+    s = settings(trust=Trust(p95_settle_s=0.0))
+    rec = efficiency(ctx("triton-default", dwin(100.0, batch=2.0, **window), s))
+    assert (rec is not None and rec.reason is Reason.EFFICIENCY and rec.target > 0) is fires, (why, rec)
