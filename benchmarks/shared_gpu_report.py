@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import statistics
+import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -184,3 +187,106 @@ def rows_for(result: Mapping[str, Any]) -> list[dict[str, Any]]:
     rows.append(row(f"shared GPU, {sched}: CPU headroom while the modes ran at once",
                     headroom_line(headroom(result))))
     return rows
+
+
+# -- docs/shared-gpu.md's table of the side-by-side runs (generated, checked by a unit test) --------
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "shared_gpu"
+DOCS = ROOT / "docs" / "shared-gpu.md"
+BEGIN, END = "<!-- shared-gpu-runs:begin -->", "<!-- shared-gpu-runs:end -->"
+
+
+def newest_runs(results: Path = RESULTS) -> list[dict[str, Any]]:
+    """The newest saved result of each command line, oldest first (each its ``_file``)."""
+    by_cmd: dict[str, dict[str, Any]] = {}
+    for f in sorted(results.glob("*.json")):
+        doc = json.loads(f.read_text(encoding="utf-8"))
+        doc["_file"] = str(f.relative_to(ROOT))
+        by_cmd[doc["command"]] = doc
+    return sorted(by_cmd.values(), key=lambda d: d["date"])
+
+
+def _fig(s: Mapping[str, Any] | None, fmt: str = "{:.2f}") -> str:
+    return "-" if not s else f"{fmt.format(s['median'])} ({s['spread']:.3f})"
+
+
+def docs_rows(doc: Mapping[str, Any]) -> list[str]:
+    """One line per controller of one saved comparison."""
+    data = doc["data"]
+    h = headroom(data)
+    cot = cotenant_figures(data)
+    single = [s for s in data["summary"]["single_static"] if s]
+    out = []
+    for mode in controllers(data):
+        s = data["summary"].get(mode)
+        if not s:
+            continue
+        vs = [r["verdicts"]["controllers"][mode] for r in data["runs"]
+              if mode in r["verdicts"]["controllers"]]
+        reacts = [x["windows"] for v in vs for x in v["reactions"]]
+        react = "-" if not reacts else ", ".join("none" if w is None else f"{w:g}" for w in reacts)
+        mine = cot.get(mode, {}).get("items_per_s")
+        base = cot.get("triton-default", {}).get("items_per_s")
+        items = "-" if not mine or not base else f"{mine:.0f} ({mine / base:.2f}x)"
+        out.append(
+            f"| {data['schedule']} | {mode} | {_fig(s.get('worst_excess_points'), '{:+.1f}')} "
+            f"(target {vs[0]['target_points']:g}) | {_fig(s.get('device_vs_default'))} | "
+            f"{_fig(s.get('device_vs_oracle'))} | {sum(s['every_static_loses'])}/"
+            f"{len(s['every_static_loses'])} | {', '.join(sorted(set(single))) or 'none'} "
+            f"({len(single)}/{len(data['runs'])}) | {react} | {items} | {_r(h['load_average_max'])} / "
+            f"{_r(h['lag_p99_ms_max'])} / {_r(h['late_share_max'])} | "
+            f"[{doc['date'][:16]}](../{doc['_file']}), {data.get('code', '-')} |")
+    return out
+
+
+def docs_table(results: Path = RESULTS) -> str:
+    lines = [
+        "| schedule | controller | worst phase, points over the best static | device vs default | "
+        "device vs oracle | every static loses | one static is the answer | reaction, windows | "
+        "co-tenants' items/s (vs default) | load avg / send lag p99 ms / late share | run, code |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    docs = newest_runs(results)
+    for doc in docs:
+        lines += docs_rows(doc)
+    lines.append("")
+    lines.append("Medians over the repeats, the spread (max - min) in brackets; each run's command is in its "
+                 "file. The table by `.venv/bin/python benchmarks/shared_gpu_report.py --docs`.")
+    return "\n".join(lines)
+
+
+def _docs_text(results: Path = RESULTS, page: Path = DOCS) -> tuple[str, str]:
+    text = page.read_text(encoding="utf-8")
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"{page.relative_to(ROOT)}: no {BEGIN} ... {END} block")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    return text, f"{head}{BEGIN}\n{docs_table(results)}\n{END}{tail}"
+
+
+def check(results: Path = RESULTS, page: Path = DOCS) -> bool:
+    """Whether the page's table is what the saved runs give."""
+    old, new = _docs_text(results, page)
+    return old == new
+
+
+def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="docs/shared-gpu.md's table of the side-by-side runs")
+    ap.add_argument("--docs", action="store_true", help="rewrite the table")
+    ap.add_argument("--check", action="store_true", help="exit 1 when the table is stale")
+    args = ap.parse_args()
+    if args.check:
+        sys.exit(0 if check() else
+                 f"{DOCS.relative_to(ROOT)}: stale; run benchmarks/shared_gpu_report.py --docs")
+    _, new = _docs_text()
+    if args.docs:
+        DOCS.write_text(new, encoding="utf-8")
+    else:
+        print(docs_table())
+
+
+if __name__ == "__main__":
+    main()
