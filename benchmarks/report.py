@@ -37,8 +37,8 @@ ORDER = ["shared_gpu", "closed_loop", "demo", "reaction", "steady", "faults", "s
          "reload_vs_shift", "footprint", "overhead", "reload_cost", "batch_curves", "loadgen"]
 
 HEADLINE: list[tuple[str, str]] = [
-    ("demo", "demo_device_vs_triton-default_x2"),
-    ("closed_loop", "device_rise-fall_2_reload"),
+    ("demo", "demo_shared_device_vs_triton-default"),
+    ("shared_gpu", "shared_gpu_cotenants-step_reload"),
     ("closed_loop", "device_step_1_reload"),
     ("reaction", "step_decision_s"),
     ("steady", "steady_switches_aggressive"),
