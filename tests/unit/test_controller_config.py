@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -393,3 +395,47 @@ def test_instances_per_replica_reaches_the_prometheus_source(tmp_path):
         "signals": {"source": "prometheus", "prometheus_url": "http://127.0.0.1:9090"}}, "sidecar.yaml",
         base=tmp_path)
     assert unset.signals.instances_per_replica is None  # the busy share is left unknown
+
+
+# -- the model from outside the file, the profiles in its own folder -------------------------------
+
+
+def test_the_model_may_come_from_outside_the_file_and_must_agree_with_it(tmp_path):
+    data = example()
+    del data["model"]
+    cfg = sidecar_config_from_mapping(data, "sidecar.yaml", base=tmp_path, model="dense_mlp")
+    assert cfg.model == "dense_mlp"
+    with pytest.raises(ConfigError, match=r"^sidecar.yaml: model: required field is missing$"):
+        sidecar_config_from_mapping(data, "sidecar.yaml", base=tmp_path)
+    same = sidecar_config_from_mapping(example(), "sidecar.yaml", base=tmp_path, model="dense_mlp")
+    assert same.model == "dense_mlp"
+    with pytest.raises(ConfigError) as info:
+        sidecar_config_from_mapping(example(), "sidecar.yaml", base=tmp_path, model="resnet50")
+    assert str(info.value) == ("sidecar.yaml: model = 'dense_mlp': differs from the model given from outside "
+                               "the file ('resnet50', AUTOBATCH_MODEL); set it in one place")
+
+
+def test_the_profiles_are_in_the_models_own_folder_unless_dir_says_otherwise(tmp_path):
+    data = example()
+    del data["profiles"]["dir"]
+    (tmp_path / "profiles").mkdir()
+    missing = r"profiles.dir = 'profiles/dense_mlp': profile directory .* not found"
+    with pytest.raises(ConfigError, match=missing):
+        sidecar_config_from_mapping(data, "sidecar.yaml", base=tmp_path)
+    shutil.copytree(PROFILES / "dense_mlp", tmp_path / "profiles" / "dense_mlp")
+    cfg = sidecar_config_from_mapping(data, "sidecar.yaml", base=tmp_path)
+    assert {Path(p.source).parent for p in cfg.profiles} == {tmp_path / "profiles" / "dense_mlp"}
+
+
+def test_autobatch_run_takes_the_model_from_the_environment(tmp_path: Path):
+    data = edit("slo.p95_ms", -5)  # gets as far as the SLO only if the model was found
+    del data["model"]
+    bad = tmp_path / "sidecar.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    base = [sys.executable, "-m", "autobatch", "run", "--config", str(bad), "--dry-run"]
+    env = {k: v for k, v in os.environ.items() if k != "AUTOBATCH_MODEL"}
+    res = subprocess.run(base, capture_output=True, text=True, timeout=60, env=env)
+    assert res.stderr == f"autobatch: error: {bad}: model: required field is missing\n"
+    res = subprocess.run(base, capture_output=True, text=True, timeout=60,
+                         env={**env, "AUTOBATCH_MODEL": "dense_mlp"})
+    assert res.returncode == 2 and res.stderr == f"autobatch: error: {bad}: slo.p95_ms = -5.0: must be > 0\n"

@@ -25,10 +25,17 @@ def run(
         bool, typer.Option("--dry-run", help="Decide and log, but change nothing on the server.")
     ] = False,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    model: Annotated[
+        str | None,
+        typer.Option(envvar="AUTOBATCH_MODEL",
+                     help="The model, when the config leaves `model` out (the deploy overlays set it)."),
+    ] = None,
 ) -> None:
     """Run the sidecar: watch the model, decide, swap profiles; SIGTERM stops it.
 
     Example: autobatch run --config examples/sidecar.yaml --dry-run
+
+    Example: AUTOBATCH_MODEL=dense_mlp autobatch run --config deploy/k8s/overlays/reload/config/sidecar.yaml
     """
     from autobatch.controller.app import run_sidecar
     from autobatch.controller.config import load_sidecar_config
@@ -39,7 +46,7 @@ def run(
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # One line per HTTP request to Triton is noise at info level.
     logging.getLogger("httpx").setLevel(max(level, logging.WARNING))
-    cfg = load_sidecar_config(config)
+    cfg = load_sidecar_config(config, model=model)
 
     async def main_async() -> None:
         stop = asyncio.Event()

@@ -68,15 +68,19 @@ def _path(base: Path, value: str | None) -> Path | None:
     return p if p.is_absolute() else (base / p)
 
 
-def load_sidecar_config(path: str | Path) -> SidecarConfig:
+def load_sidecar_config(path: str | Path, *, model: str | None = None) -> SidecarConfig:
+    """``model``: the model when the file leaves ``model`` out (``autobatch run`` takes it
+    from ``AUTOBATCH_MODEL``, which the deploy overlays set from their one setting)."""
     p = Path(path)
-    return sidecar_config_from_mapping(load_yaml(p), str(p), base=p.resolve().parent)
+    return sidecar_config_from_mapping(load_yaml(p), str(p), base=p.resolve().parent, model=model)
 
 
-def sidecar_config_from_mapping(data: Any, source: str, base: Path) -> SidecarConfig:
+def sidecar_config_from_mapping(
+    data: Any, source: str, base: Path, *, model: str | None = None
+) -> SidecarConfig:
     """Read each settings group with its own parser, in the file's documented order."""
     top = Section(source, data)
-    model = top.str("model")
+    model = _parse_model(top, model)
     triton = _parse_triton(top.section("triton", {}), base)
     profiles = _parse_profiles(top.section("profiles"), base, model)
     slo = _parse_slo(top.section("slo"))
@@ -145,6 +149,19 @@ class _Loop:
     history_windows: int
 
 
+def _parse_model(top: Section, given: str | None) -> str:
+    """``model`` from the file, or from outside it (``given``); both only if they agree."""
+    if given is None:
+        return top.str("model")
+    if not isinstance(given, str) or not given.strip():
+        raise top.fail("model", given, "the model given from outside the file (AUTOBATCH_MODEL) is empty")
+    written = top.str("model", None)
+    if written is not None and written != given:
+        raise top.fail("model", written, f"differs from the model given from outside the file ({given!r}, "
+                                          "AUTOBATCH_MODEL); set it in one place")
+    return given
+
+
 def _parse_triton(sec: Section, base: Path) -> TritonEndpoints:
     triton = TritonEndpoints(
         http_url=sec.url("http_url", "http://127.0.0.1:8000"),
@@ -188,11 +205,12 @@ def _host_port(sec: Section, key: str, default: Any, example: str) -> Any:
 
 
 def _parse_profiles(sec: Section, base: Path, model: str) -> _Ladder:
-    pdir = _path(base, sec.str("dir"))
+    # By default the model's own folder: a profile belongs to the model its folder names.
+    pdir = _path(base, sec.str("dir", f"profiles/{model}"))
     assert pdir is not None
     if not pdir.is_dir():
         problem = "is a file, not a directory" if pdir.exists() else "not found"
-        raise sec.fail("dir", sec.data.get("dir"), f"profile directory {pdir} {problem}")
+        raise sec.fail("dir", sec.data.get("dir", f"profiles/{model}"), f"profile directory {pdir} {problem}")
     available = load_profiles(pdir)
     names = sec.raw("ladder")
     if not isinstance(names, list) or len(names) < 2:
