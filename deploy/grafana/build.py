@@ -1,16 +1,24 @@
-"""Write deploy/grafana/autobatch.json, the Grafana dashboard of the sidecar and its Triton.
+"""Write the Grafana dashboard of the sidecar and its Triton, and its provisioning ConfigMap.
 
-    python deploy/grafana/build.py          # rewrites autobatch.json
-    python deploy/grafana/build.py --check  # exit 1 if autobatch.json differs
+    python deploy/grafana/build.py          # rewrites both files
+    python deploy/grafana/build.py --check  # exit 1 if either differs
+
+* deploy/grafana/autobatch.json: the dashboard, to import or provision;
+* deploy/k8s/monitoring/grafana-dashboard.yaml: the same JSON in a ConfigMap labelled
+  ``grafana_dashboard: "1"``, which the dashboard sidecar of kube-prometheus-stack's
+  Grafana loads (every overlay ships it).
 
 The dashboard is plain JSON built here (no SDK needed to read or change it);
-tests/test_dashboard.py checks the committed file is this script's output, and
-tests/unit/test_monitoring.py runs every panel's query, variables filled in, on a real
-Prometheus scraping a real Triton and a running sidecar.
+tests/unit/test_monitoring.py checks the committed files are this script's output, and
+tests/integration/test_monitoring_live.py runs every panel's query, variables filled in,
+on a real Prometheus scraping a real Triton and running sidecars.
 
-Variables: ``datasource`` (a Prometheus) and ``model`` (from ``autobatch_slo_p95_ms``).
-Series of several sidecars (one per pod) are summed where they add up (rates,
-replicas on a profile) and maxed where the worst replica matters (p95, queue time).
+Variables: ``datasource`` (a Prometheus), ``model`` (from ``autobatch_slo_p95_ms``),
+``namespace`` and ``pod`` (the labels prometheus-operator's scrapes add; "All" matches
+series without them too, as a static scrape config has). Series of several sidecars (one
+per pod) are summed where they add up (rates, replicas on a profile) and maxed where the
+worst replica matters (p95, queue time). The Triton panels read Triton's own metrics
+(``nv_*``), per pod, beside what the sidecar's windows say.
 """
 
 from __future__ import annotations
@@ -21,8 +29,20 @@ from pathlib import Path
 from typing import Any
 
 OUT = Path(__file__).with_name("autobatch.json")
+CONFIGMAP = Path(__file__).resolve().parents[1] / "k8s" / "monitoring" / "grafana-dashboard.yaml"
 DS = {"type": "prometheus", "uid": "${datasource}"}
-M = 'model="$model"'
+M = 'model="$model",namespace=~"$namespace",pod=~"$pod"'
+NS = 'namespace=~"$namespace",pod=~"$pod"'
+
+
+def triton(metric: str) -> str:
+    """One of Triton's per-model counters, as a per-pod rate."""
+    return f"sum by (pod, instance) (rate({metric}{{{M}}}[$__rate_interval]))"
+
+
+def per_request_ms(metric: str) -> str:
+    """A Triton duration counter (microseconds) per successful request, in ms."""
+    return f"{triton(metric)} / {triton('nv_inference_request_success')} / 1000"
 
 
 def window(signal: str) -> str:
@@ -64,6 +84,15 @@ def panel(pid: int, title: str, description: str, targets: list[tuple[str, str]]
         p["options"] = {"showValue": "never", "mergeValues": True, "rowHeight": 0.9,
                         "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True}}
     return p
+
+
+def variable(name: str, query: str) -> dict[str, Any]:
+    """A label's values, several at once; "All" is ``.*``, which also matches series without
+    the label (a static scrape config has no namespace or pod)."""
+    return {"name": name, "label": name, "type": "query", "datasource": DS,
+            "query": {"query": query, "refId": name}, "definition": query, "refresh": 2,
+            "current": {"text": "All", "value": "$__all"}, "includeAll": True, "allValue": ".*",
+            "multi": True, "hide": 0, "sort": 1}
 
 
 def build() -> dict[str, Any]:
@@ -130,6 +159,34 @@ def build() -> dict[str, Any]:
               [(f"sum by (reason) (increase(autobatch_actuation_failures_total{{{M}}}[{rate}]))",
                 "{{reason}}")],
               unit="short", bars=True, x=12, y=38),
+        # -- Triton's own view, per pod ---------------------------------------------------
+        panel(12, "Triton: queue time per request",
+              "Mean time a request waited in Triton's queue, per pod (nv_inference_queue_duration_us "
+              "over nv_inference_request_success): what the sidecar's queue-time window reads, "
+              "straight from each Triton.",
+              [(per_request_ms("nv_inference_queue_duration_us"), "{{pod}} {{instance}}")],
+              unit="ms", x=0, y=46),
+        panel(13, "Triton: compute time per request",
+              "Mean time the model computed per request, per pod (nv_inference_compute_infer_duration_us "
+              "over nv_inference_request_success): a batch's time shared out over its requests. "
+              "It rises when the device is shared or saturated.",
+              [(per_request_ms("nv_inference_compute_infer_duration_us"), "{{pod}} {{instance}}")],
+              unit="ms", x=12, y=46),
+        panel(14, "Triton: inference rate",
+              "Per pod: inferences (rows) per second, requests per second and model executions "
+              "(batches) per second. Inferences over executions is the mean batch.",
+              [(triton("nv_inference_count"), "inferences {{pod}} {{instance}}"),
+               (triton("nv_inference_request_success"), "requests {{pod}} {{instance}}"),
+               (triton("nv_inference_exec_count"), "executions {{pod}} {{instance}}")],
+              unit="reqps", x=0, y=54),
+        panel(15, "Accelerator utilisation",
+              "GPU utilisation from Triton (nv_gpu_utilization, refreshed every --metrics-interval-ms) "
+              "or from dcgm-exporter (DCGM_FI_DEV_GPU_UTIL), and Triton's CPU utilisation. A CPU-only "
+              "Triton exports no GPU series: absent, never zero.",
+              [(f"max by (pod, instance, gpu_uuid) (nv_gpu_utilization{{{NS}}}) * 100", "GPU {{pod}} {{gpu_uuid}}"),
+               (f"max by (Hostname, gpu, UUID) (DCGM_FI_DEV_GPU_UTIL{{{NS}}})", "GPU {{Hostname}} {{gpu}} (dcgm)"),
+               (f"max by (pod, instance) (nv_cpu_utilization{{{NS}}}) * 100", "CPU {{pod}} {{instance}}")],
+              unit="percent", x=12, y=54),
     ]
     return {
         "uid": "autobatch",
@@ -150,6 +207,8 @@ def build() -> dict[str, Any]:
              "query": {"query": "label_values(autobatch_slo_p95_ms, model)", "refId": "model"},
              "definition": "label_values(autobatch_slo_p95_ms, model)", "refresh": 2, "current": {},
              "includeAll": False, "multi": False, "hide": 0, "sort": 1},
+            variable("namespace", 'label_values(autobatch_slo_p95_ms{model="$model"}, namespace)'),
+            variable("pod", 'label_values(nv_inference_count{model="$model",namespace=~"$namespace"}, pod)'),
         ]},
         "annotations": {"list": [
             {"name": "switches", "datasource": DS, "enable": True, "iconColor": "orange",
@@ -164,12 +223,35 @@ def render() -> str:
     return json.dumps(build(), indent=2) + "\n"
 
 
+def render_configmap(dashboard: str) -> str:
+    """The dashboard in a ConfigMap the Grafana dashboard sidecar loads (label grafana_dashboard)."""
+    body = "\n".join("    " + line if line else "" for line in dashboard.rstrip("\n").split("\n"))
+    return (
+        "# Written by deploy/grafana/build.py from the dashboard it builds: do not edit, run it.\n"
+        "# kube-prometheus-stack's Grafana loads every ConfigMap labelled grafana_dashboard: \"1\"\n"
+        "# (its dashboard sidecar; if it searches only Grafana's namespace, apply this one there).\n"
+        "apiVersion: v1\n"
+        "kind: ConfigMap\n"
+        "metadata:\n"
+        "  name: autobatch-dashboard\n"
+        "  labels:\n"
+        "    app.kubernetes.io/name: autobatch\n"
+        '    grafana_dashboard: "1"\n'
+        "data:\n"
+        "  autobatch.json: |\n"
+        f"{body}\n"
+    )
+
+
 if __name__ == "__main__":
     text = render()
+    outputs = {OUT: text, CONFIGMAP: render_configmap(text)}
     if "--check" in sys.argv[1:]:
-        if OUT.read_text() != text:
-            print(f"{OUT} is not what deploy/grafana/build.py writes: run it", file=sys.stderr)
+        stale = [str(path) for path, want in outputs.items() if not path.is_file() or path.read_text() != want]
+        if stale:
+            print(f"{', '.join(stale)}: not what deploy/grafana/build.py writes: run it", file=sys.stderr)
             sys.exit(1)
         sys.exit(0)
-    OUT.write_text(text)
-    print(f"wrote {OUT}")
+    for path, want in outputs.items():
+        path.write_text(want)
+        print(f"wrote {path}")

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -81,16 +82,31 @@ class PrometheusServer(Server):
         if self.rule_files:
             lines.append("rule_files:")
             lines += [f"  - {p}" for p in self.rule_files]
-        lines += ["scrape_configs:", f"  - job_name: {self.job}", "    static_configs:"]
+        lines += ["scrape_configs:", f"  - job_name: {self.job}",
+                  "    static_configs:" if self.targets else "    static_configs: []"]
         for replica, target in self.targets.items():
             lines += [f'      - targets: ["{target}"]', f"        labels: {{replica: {replica}}}"]
         for name, targets in self.extra_jobs.items():
-            lines += [f"  - job_name: {name}", "    static_configs:",
-                      f"      - targets: [{', '.join(repr(t) for t in targets)}]"]
+            lines += [f"  - job_name: {name}", "    static_configs:" if targets else "    static_configs: []"]
+            if targets:
+                lines.append(f"      - targets: [{', '.join(repr(t) for t in targets)}]")
         return "\n".join(lines) + "\n"
 
     def running(self) -> bool:
         return self._proc.running()
+
+    def retarget(
+        self, targets: Mapping[str, str], extra_jobs: Mapping[str, Sequence[str]] | None = None
+    ) -> None:
+        """Scrape these targets from now on, as a service discovery that changed would: the
+        config is rewritten and reloaded (SIGHUP). The series of a target no longer listed go
+        stale at once, so ``absent()`` sees them gone (a stopped target only reads ``up == 0``).
+        Keep a job's name with no targets (``{"autobatch": []}``): a job removed whole leaves
+        its last samples visible for the 5 min lookback (seen with Debian's Prometheus 2.x)."""
+        self.targets = dict(targets)
+        self.extra_jobs = {k: list(v) for k, v in (extra_jobs or {}).items()}
+        self.config_path.write_text(self.config_text(), encoding="utf-8")
+        self._proc.signal(signal.SIGHUP)
 
     def query(self, promql: str, *, at_s: float | None = None) -> list[dict[str, Any]]:
         return query(self.url, promql, at_s=at_s)
