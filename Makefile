@@ -1,5 +1,5 @@
 # The two entry points of the README. Each installs what it needs first.
-.PHONY: demo test test-unit setup lint bench results
+.PHONY: demo test test-unit setup lint bench results image image-test
 
 setup:
 	@scripts/setup.sh
@@ -21,3 +21,11 @@ bench: setup
 
 results: setup
 	.venv/bin/python benchmarks/report.py
+
+# The sidecar image, built with podman on a local Debian base (scripts/image.sh).
+image:
+	@scripts/image.sh
+
+# The image built, then run beside the real Triton (tests/image/test_image.py).
+image-test: setup
+	tag=$$(scripts/image.sh) && AUTOBATCH_IMAGE=$$tag .venv/bin/pytest -q -p no:cacheprovider -rP tests/image

@@ -1,12 +1,14 @@
 """The container image's exact command, run from a core-only install against the files
-the reload overlay mounts (no Docker engine here, and base images cannot be pulled).
+the reload overlay mounts, on every `make test` (the image itself is built and run with
+podman by `make image-test`: tests/image/test_image.py).
 
     .venv/bin/python scripts/check_image_command.py CORE_VENV/bin
 
 1. renders deploy/k8s/overlays/reload and writes the sidecar container's mounts (the
    projected ConfigMap + Secret volume at /etc/autobatch) under a temporary root;
 2. checks the Deployment runs the Dockerfile's CMD;
-3. runs the Dockerfile's ENTRYPOINT + CMD with CORE_VENV/bin first on PATH, each
+3. runs the Dockerfile's ENTRYPOINT + CMD with CORE_VENV/bin first on PATH and the
+   container's environment (AUTOBATCH_MODEL from the overlay's settings), each
    absolute path under a mount moved under the temporary root. In the mounted
    sidecar.yaml only the addresses change: the listen port to a free loopback one
    (9400 may be taken on a shared machine) and Triton's to a closed port, so the
@@ -34,6 +36,7 @@ from autobatch.lab.serve import free_port  # noqa: E402
 from tests.deploy_support import (  # noqa: E402
     OVERLAYS,
     container,
+    container_env,
     environ_without_venv,
     find,
     image_command,
@@ -62,14 +65,16 @@ def main(core_bin: Path) -> int:
         config = yaml.safe_load(config_path.read_text())
         port, closed = free_port(), free_port()
         config["server"]["listen"] = f"127.0.0.1:{port}"
-        config["triton"] = {
-            "http_url": f"http://127.0.0.1:{closed}",
-            "metrics_url": f"http://127.0.0.1:{closed}/metrics",
-            "grpc_url": f"127.0.0.1:{closed}",
-        }
+        config["triton"].update(
+            http_url=f"http://127.0.0.1:{closed}",
+            metrics_url=f"http://127.0.0.1:{closed}/metrics",
+            grpc_url=f"127.0.0.1:{closed}",
+        )
         config_path.write_text(yaml.safe_dump(config))
         env = environ_without_venv()
         env["PATH"] = f"{core_bin}{os.pathsep}{env.get('PATH', '')}"
+        # The container's environment as the pod sets it (AUTOBATCH_MODEL: the overlay's model).
+        env.update(container_env(objects, deployment, "autobatch"))
         print(f"check-image: {shell_line(command)} with {len(files)} mounted files "
               f"({', '.join(str(f.relative_to(root)) for f in files)})")
         proc = subprocess.Popen(argv, env=env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The README's test command (`make test`) and what CI runs through .ci/run:
-# system packages, the dev venv, the CRD schemas, a core-only install check (and the
-# container image's command run from it), lint and layer contracts, the README's
-# results table against benchmarks/results/, docs/policy.md's rule table, mypy, the test suite.
+# system packages, the dev venv, the CRD schemas, checkov, a core-only install from the
+# image's hash-locked requirements (and the container image's command run from it), lint
+# and layer contracts, the README's results table against benchmarks/results/,
+# docs/policy.md's rule table, mypy, the test suite. The image itself is built and run by
+# `make image-test` (docs/deploy.md says why it is not here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/system-deps.sh
 scripts/setup.sh
 scripts/crd-schemas.sh
+scripts/checkov.sh
 scripts/check-core-install.sh
 .venv/bin/hadolint --failure-threshold style Dockerfile
 .venv/bin/ruff check src tests benchmarks

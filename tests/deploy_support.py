@@ -11,7 +11,10 @@ command against the mounted layout, in a core-only install).
   own schemas compiled by the kubernetes-models npm packages
   (scripts/crd-schemas/). An object no schema covers is an error too.
 * :func:`materialize`: write a container's volumes as the kubelet would mount them
-  (ConfigMap and Secret items, projected or not) under a root directory.
+  (ConfigMap and Secret items, projected or not) under a root directory;
+  :func:`container_env` its environment, ``valueFrom`` a ConfigMap or Secret resolved.
+* :func:`pod_security_violations`: what in a pod template breaks the Kubernetes Pod
+  Security Standards' "restricted" level (which includes "baseline"), one line each.
 """
 
 from __future__ import annotations
@@ -49,8 +52,8 @@ def tool(name: str) -> str:
     return found
 
 
-def overlays() -> list[Path]:
-    return sorted(p for p in OVERLAYS.iterdir() if (p / "kustomization.yaml").is_file())
+def overlays(root: Path = OVERLAYS) -> list[Path]:
+    return sorted(p for p in root.iterdir() if (p / "kustomization.yaml").is_file())
 
 
 def render(path: Path) -> list[dict[str, Any]]:
@@ -128,11 +131,15 @@ def _item_files(source: Mapping[str, Any], data: Mapping[str, str]) -> dict[str,
 def materialize(objects: list[Mapping[str, Any]], deployment: Mapping[str, Any], name: str,
                 root: Path) -> list[Path]:
     """Write what container ``name`` of ``deployment`` sees in its ConfigMap, Secret and
-    projected volumes under ``root`` (``/etc/autobatch/x`` -> ``root/etc/autobatch/x``)."""
+    projected volumes under ``root`` (``/etc/autobatch/x`` -> ``root/etc/autobatch/x``).
+    What the cluster provides (a service-account token, the cluster's CA in kube-root-ca.crt,
+    downwardAPI fields) is written as a placeholder naming it."""
     spec = deployment["spec"]["template"]["spec"]
     volumes = {v["name"]: v for v in spec.get("volumes", [])}
 
     def data_of(kind: str, ref: str) -> dict[str, str]:
+        if kind == "ConfigMap" and ref == "kube-root-ca.crt":
+            return {"ca.crt": "(the cluster's CA, published by the API server)"}
         (obj,) = find(objects, kind, ref)
         if kind == "Secret":
             return {k: base64.b64decode(v).decode() for k, v in (obj.get("data") or {}).items()}
@@ -153,6 +160,15 @@ def materialize(objects: list[Mapping[str, Any]], deployment: Mapping[str, Any],
                 sources.append(("Secret", s["secret"]))
         base = root / mount["mountPath"].lstrip("/")
         base.mkdir(parents=True, exist_ok=True)
+        for s in (volume.get("projected") or {}).get("sources", []):
+            cluster = {}
+            if "serviceAccountToken" in s:
+                cluster[s["serviceAccountToken"]["path"]] = "(a service-account token, issued by the kubelet)"
+            for item in (s.get("downwardAPI") or {}).get("items", []):
+                cluster[item["path"]] = f"(the pod's {item['fieldRef']['fieldPath']})"
+            for rel, text in cluster.items():
+                (base / rel).write_text(text, encoding="utf-8")
+                written.append(base / rel)
         for kind, source in sources:
             for rel, text in _item_files(source, data_of(kind, source["name"])).items():
                 path = base / rel
@@ -195,3 +211,124 @@ def environ_without_venv() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("VIRTUAL_ENV", None)
     return env
+
+
+def container_env(
+    objects: list[Mapping[str, Any]], deployment: Mapping[str, Any], name: str
+) -> dict[str, str]:
+    """Container ``name``'s environment as the kubelet sets it: ``value``, or ``valueFrom`` a
+    ConfigMap or Secret key (``$(VAR)`` references inside values expanded)."""
+    env: dict[str, str] = {}
+    for item in container(deployment, name).get("env") or []:
+        if "value" in item:
+            env[item["name"]] = expand(item["value"], env)
+            continue
+        ref = item["valueFrom"]
+        secret = "configMapKeyRef" not in ref
+        kind, key = ("Secret", "secretKeyRef") if secret else ("ConfigMap", "configMapKeyRef")
+        (obj,) = find(objects, kind, ref[key]["name"])
+        value = (obj.get("data") or {})[ref[key]["key"]]
+        env[item["name"]] = base64.b64decode(value).decode() if kind == "Secret" else value
+    return env
+
+
+def expand(text: str, env: Mapping[str, str]) -> str:
+    """The kubelet's expansion of ``command``, ``args`` and ``env`` values: ``$(NAME)`` becomes
+    the variable's value if it is defined (else stays), and ``$$`` a literal ``$``."""
+    out, i = [], 0
+    while i < len(text):
+        if text.startswith("$$", i):
+            out.append("$")
+            i += 2
+        elif text.startswith("$(", i) and ")" in text[i:]:
+            end = text.index(")", i)
+            var = text[i + 2:end]
+            out.append(env[var] if var in env else text[i:end + 1])
+            i = end + 1
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+# -- the Pod Security Standards ("restricted", with "baseline"), for Kubernetes >= 1.25 -----------
+
+_RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
+                       "projected", "secret"}
+_SAFE_SYSCTLS = {"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range",
+                 "net.ipv4.ip_unprivileged_port_start",
+                 "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
+                 "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
+                 "net.ipv4.tcp_keepalive_probes"}
+_SELINUX_TYPES = {"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
+
+
+def pod_security_violations(pod_spec: Mapping[str, Any], where: str = "pod") -> list[str]:
+    """Every way ``pod_spec`` (a pod template's ``spec``) breaks the "restricted" level of the
+    Pod Security Standards (kubernetes.io/docs/concepts/security/pod-security-standards/),
+    one line each naming the container and the field; empty when it meets it."""
+    out: list[str] = []
+    pod_sc = pod_spec.get("securityContext") or {}
+    for field in ("hostNetwork", "hostPID", "hostIPC"):
+        if pod_spec.get(field):
+            out.append(f"{where}: spec.{field} must not be true")
+    for v in pod_spec.get("volumes") or []:
+        kinds = set(v) - {"name"}
+        if not kinds <= _RESTRICTED_VOLUMES:
+            bad = sorted(kinds - _RESTRICTED_VOLUMES)
+            out.append(f"{where}: volume {v.get('name')} is {bad}, not an allowed type")
+    for s in pod_sc.get("sysctls") or []:
+        if s.get("name") not in _SAFE_SYSCTLS:
+            out.append(f"{where}: sysctl {s.get('name')} is not in the safe set")
+    out += _selinux_and_apparmor(pod_sc, f"{where}: spec.securityContext")
+    if pod_sc.get("runAsUser") == 0:
+        out.append(f"{where}: spec.securityContext.runAsUser must not be 0")
+    pod_seccomp = (pod_sc.get("seccompProfile") or {}).get("type")
+    if pod_seccomp is not None and pod_seccomp not in ("RuntimeDefault", "Localhost"):
+        out.append(f"{where}: spec.securityContext.seccompProfile.type is {pod_seccomp}")
+    containers = [(kind, c) for kind in ("initContainers", "containers", "ephemeralContainers")
+                  for c in pod_spec.get(kind) or []]
+    for kind, c in containers:
+        at = f"{where}: {kind}[{c.get('name')}]"
+        sc = c.get("securityContext") or {}
+        if sc.get("privileged"):
+            out.append(f"{at}: securityContext.privileged must not be true")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            out.append(f"{at}: securityContext.allowPrivilegeEscalation must be false")
+        if sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")) is not True:
+            out.append(f"{at}: securityContext.runAsNonRoot must be true (here or on the pod)")
+        if sc.get("runAsUser") == 0:
+            out.append(f"{at}: securityContext.runAsUser must not be 0")
+        seccomp = (sc.get("seccompProfile") or {}).get("type", pod_seccomp)
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            out.append(f"{at}: seccompProfile.type must be RuntimeDefault or Localhost (here or on the pod), "
+                       f"is {seccomp}")
+        caps = sc.get("capabilities") or {}
+        if "ALL" not in (caps.get("drop") or []):
+            out.append(f"{at}: securityContext.capabilities.drop must hold ALL")
+        extra = set(caps.get("add") or []) - {"NET_BIND_SERVICE"}
+        if extra:
+            out.append(f"{at}: securityContext.capabilities.add may hold only NET_BIND_SERVICE, "
+                       f"has {sorted(extra)}")
+        if sc.get("procMount", "Default") != "Default":
+            out.append(f"{at}: securityContext.procMount must be Default")
+        out += _selinux_and_apparmor(sc, f"{at}: securityContext")
+        for p in c.get("ports") or []:
+            if p.get("hostPort"):
+                out.append(f"{at}: ports[{p.get('name')}].hostPort must be unset")
+    return out
+
+
+def _selinux_and_apparmor(sc: Mapping[str, Any], at: str) -> list[str]:
+    out = []
+    se = sc.get("seLinuxOptions") or {}
+    if se.get("type", "") not in _SELINUX_TYPES or se.get("user") or se.get("role"):
+        out.append(f"{at}.seLinuxOptions may set only an allowed type")
+    if (sc.get("appArmorProfile") or {}).get("type") == "Unconfined":
+        out.append(f"{at}.appArmorProfile.type must not be Unconfined")
+    return out
+
+
+def workloads(objects: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Every object that carries a pod template."""
+    return [o for o in objects if o.get("kind") in ("Deployment", "StatefulSet", "DaemonSet", "Job")]

@@ -12,7 +12,9 @@ shared-memory) locked behind a header over HTTP and gRPC. Three sidecars run on 
 
 Every log record of the run (every logger, DEBUG), the decision logs, ``/status``
 and ``/metrics`` of all three, and Triton's own log are then searched for the key.
-``autobatch watch`` and ``measure`` and the fleet actuator take the same key.
+``autobatch watch`` and ``measure`` and the fleet actuator take the same key. And the
+reload overlay as rendered: its Triton command yields the flags the real Triton runs with,
+and its sidecar reloads with the key mounted from the overlay's Secret.
 """
 
 from __future__ import annotations
@@ -21,23 +23,26 @@ import asyncio
 import json
 import logging
 import secrets
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from autobatch.access import RestrictedApi
 from autobatch.actuators.fleet import Replica, StaticReplicas, TritonFleetActuator
 from autobatch.cli import app
-from autobatch.controller.config import sidecar_config_from_mapping
+from autobatch.controller.config import load_sidecar_config, sidecar_config_from_mapping
 from autobatch.controller.loop import read_decision_log
 from autobatch.lab.process import poll_until
 from autobatch.lab.serve import EMULATOR_MODEL, TritonServer
 from autobatch.profiles import load_profiles
 
 from ..conftest import PROFILES, REPOSITORY
+from ..deploy_support import OVERLAYS, container, container_env, expand, find, materialize, render
 from ..helpers import Running, assert_bad_input, run_main
 
 HEADER = "autobatch-key"
@@ -209,3 +214,71 @@ def test_the_fleet_actuator_sends_the_key_to_every_replica(tmp_path, locked):
     assert reason in ("applied", "unchanged") and active == "triton-default", message
     reason, message, _ = asyncio.run(run(None))
     assert reason == "forbidden" and "triton.restricted_api" in message and KEY not in message
+
+
+def test_the_overlay_starts_triton_locked_and_its_sidecar_reloads_with_the_mounted_key(tmp_path):
+    """The reload overlay as rendered: its Triton container's command, run by sh with the
+    Secret's key mounted (paths moved under a temporary root), yields the flags the real
+    Triton is started with; the sidecar runs on the overlay's own sidecar.yaml and mounted
+    key (only the addresses change) and a pin reloads the model."""
+    objects = render(OVERLAYS / "reload")
+    (dep,) = find(objects, "Deployment", "triton")
+    triton = container(dep, "triton")
+    env = container_env(objects, dep, "triton")
+    root = tmp_path / "pod"
+    materialize(objects, dep, "triton", root)
+    materialize(objects, dep, "autobatch", root)
+    # The kubelet's expansion, then the mount paths moved under the root.
+    mounts = [m["mountPath"] for m in triton["volumeMounts"]]
+    command = [expand(a, env) for a in triton["command"]]
+    script = command[2]
+    for m in mounts:
+        script = script.replace(m + "/", f"{root}{m}/")
+    # `tritonserver` on PATH prints the argv it was given, one JSON list, instead of serving.
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "tritonserver"
+    fake.write_text('#!/bin/sh\nexec python3 -c \'import json, sys; print(json.dumps(sys.argv[1:]))\' "$@"\n')
+    fake.chmod(0o755)
+    args = [expand(a, env) for a in triton["args"]]
+    proc = subprocess.run([*command[:2], script, command[3], *args], capture_output=True, text=True,
+                          timeout=30, env={**env, "PATH": f"{bindir}:/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    argv = json.loads(proc.stdout)
+    restricted = [a for a in argv if a.startswith(("--http-restricted-api=", "--grpc-restricted-protocol="))]
+    assert len(restricted) == 2
+    assert argv[: len(args)] == args  # the pod's own flags, untouched
+    model = env["MODEL"]
+    # The real Triton with the flags the overlay's command produced (its repository and ports
+    # are the test's; --load-model=MODEL is among the overlay's flags).
+    passed = [a for a in argv if not a.startswith("--model-repository=")]
+    with TritonServer.on_free_ports(REPOSITORY, models=[model], extra_args=passed) as server:
+        plain = httpx.get(f"{server.urls.http}/v2/models/{model}/config", timeout=10)
+        assert plain.status_code == 403 and env["TRITON_RESTRICTED_HEADER"] in plain.text
+        sidecar_dep = container(dep, "autobatch")
+        sidecar_env = container_env(objects, dep, "autobatch")
+        mount = root / "etc" / "autobatch"
+        config = yaml.safe_load((mount / "sidecar.yaml").read_text())
+        config["triton"].update(http_url=server.urls.http, metrics_url=server.urls.metrics,
+                                grpc_url=server.urls.grpc)
+        config["server"]["listen"] = "127.0.0.1:0"
+        (mount / "sidecar.yaml").write_text(yaml.safe_dump(config))
+        cfg = load_sidecar_config(mount / "sidecar.yaml", model=sidecar_env["AUTOBATCH_MODEL"])
+        assert cfg.triton.restricted_api is not None
+        token = (mount / "token").read_text().strip()
+        assert sidecar_dep["args"][-1] == "/etc/autobatch/sidecar.yaml"
+        with Running(cfg) as running:
+            status = running.wait_for(lambda s: s["active_profile"] in ("triton-default", "efficient"), 60,
+                                      "the live profile read with the mounted key")
+            target = "efficient" if status["active_profile"] == "triton-default" else "triton-default"
+            r = httpx.post(running.url + "/profile", json={"profile": target},
+                           headers={"Authorization": f"Bearer {token}"}, timeout=10)
+            assert r.status_code == 200, r.text
+            running.wait_for(lambda s: s["active_profile"] == target and s["pinned"] == target, 120,
+                             f"the pin to {target}")
+        key = (mount / "triton-api-key").read_text().strip()
+        live = httpx.get(f"{server.urls.http}/v2/models/{model}/config",
+                         headers={env["TRITON_RESTRICTED_HEADER"]: key}, timeout=30).json()
+        want = cfg.profile(target)
+        assert live["max_batch_size"] == want.max_batch_size
+        assert live["dynamic_batching"].get("max_queue_delay_microseconds", 0) == want.max_queue_delay_us

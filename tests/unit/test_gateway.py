@@ -640,13 +640,14 @@ async def test_with_prometheus_each_variant_is_its_pool_selector(tmp_path):
     from autobatch.signals.prometheus import PrometheusSource
     from autobatch.signals.variants import PrometheusStepSignals
 
-    from ..deploy_support import OVERLAYS, find, materialize, render
+    from ..deploy_support import OVERLAYS, container_env, find, materialize, render
 
-    # The gateway overlay's controller config, as its pod mounts it.
+    # The gateway overlay's controller config, as its pod mounts it (the model in its environment).
     objects = render(OVERLAYS / "gateway")
     (controller,) = find(objects, "Deployment", "autobatch")
     materialize(objects, controller, "autobatch", tmp_path)
-    cfg = load_sidecar_config(tmp_path / "etc" / "autobatch" / "sidecar.yaml")
+    model = container_env(objects, controller, "autobatch")["AUTOBATCH_MODEL"]
+    cfg = load_sidecar_config(tmp_path / "etc" / "autobatch" / "sidecar.yaml", model=model)
     source = build_source(cfg, clock=lambda: 0.0)
     try:
         assert all(isinstance(s, PrometheusSource) for s in source.sources.values())
