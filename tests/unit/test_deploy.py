@@ -597,6 +597,9 @@ def test_every_triton_gets_one_gpu_and_tolerates_the_gpu_taint(rendered):
 # -- one place for the model and the Prometheus release ----------------------------------------
 
 
+RUNBOOKS = "https://git.example.com/platform/autobatch/blob/v0.1.0/docs/runbook.md"
+
+
 def test_renaming_the_model_and_the_release_is_one_edit_per_overlay(tmp_path):
     shutil.copytree(DEPLOY / "k8s", tmp_path / "k8s")
     for overlay in overlays(tmp_path / "k8s" / "overlays"):
@@ -604,8 +607,10 @@ def test_renaming_the_model_and_the_release_is_one_edit_per_overlay(tmp_path):
         text = path.read_text()
         assert text.count("model=dense_mlp") == 1
         assert text.count("prometheus-release=kube-prometheus-stack") == 1
+        assert text.count("runbooks=docs/runbook.md") == 1
         path.write_text(text.replace("model=dense_mlp", "model=resnet50")
-                        .replace("prometheus-release=kube-prometheus-stack", "prometheus-release=prom"))
+                        .replace("prometheus-release=kube-prometheus-stack", "prometheus-release=prom")
+                        .replace("runbooks=docs/runbook.md", f"runbooks={RUNBOOKS}"))
         objects = render(overlay)
         assert validate(objects) == [], overlay.name
         for dep in _triton_pods(objects):
@@ -617,6 +622,12 @@ def test_renaming_the_model_and_the_release_is_one_edit_per_overlay(tmp_path):
             assert route["spec"]["rules"][0]["matches"][0]["path"]["value"] == "/v2/models/resnet50"
         monitoring = [o for o in objects if o["apiVersion"].startswith("monitoring.coreos.com/")]
         assert len(monitoring) >= 2 and all(o["metadata"]["labels"]["release"] == "prom" for o in monitoring)
+        # Every alert links its own section of the runbook, at the address the setting gives.
+        (rule,) = find(objects, "PrometheusRule")
+        alerts = [r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
+        assert len(alerts) >= 7
+        assert [a["annotations"]["runbook_url"] for a in alerts] == [
+            f"{RUNBOOKS}#{a['alert'].lower()}" for a in alerts], overlay.name
         # Nothing else names the old model: only the profiles' own comments, which describe them.
         profiles = _generated(objects, "ConfigMap", "autobatch-config")
         rest = [o for o in objects if o["metadata"]["name"] != profiles]
