@@ -353,8 +353,10 @@ def text(tag: int, n: int) -> np.ndarray:
 async def test_bytes_and_optional_inputs_batch_by_kind_and_come_back_to_their_callers(
     text_triton, protocol
 ):
+    # A delay far longer than it takes to submit 12 calls: the two kinds each fill one batch
+    # however slow the machine (10 ms gave 4 batches once on a loaded fresh-ci run).
     async with TritonBatchClient(url_for(text_triton, protocol), TEXT_MODEL, protocol=protocol,
-                                 max_delay_s=0.01, adaptive=False) as client:
+                                 max_delay_s=0.5, adaptive=False) as client:
         calls = []
         for tag in range(12):
             inputs = {"TEXT": text(tag, 1 + tag % 3)}
