@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -16,3 +19,14 @@ DATA = Path(__file__).resolve().parent / "data"  # fixtures of the tests themsel
 @pytest.fixture
 def curves_dir() -> Path:
     return CURVES
+
+
+def load_benchmark(name: str, module_name: str | None = None) -> ModuleType:
+    """Import benchmarks/<name>.py (a script, not a package) as a module, for tests of its pure parts."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # the scripts import their siblings (record, ...)
+    spec = importlib.util.spec_from_file_location(module_name or name, ROOT / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses resolve their module by name
+    spec.loader.exec_module(mod)
+    return mod

@@ -7,7 +7,6 @@ the function's.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
@@ -17,16 +16,14 @@ import pytest
 
 from autobatch.schedule import Phase, Schedule
 
+from ..conftest import load_benchmark
+
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "closed_loop"
 
 
 def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("closed_loop_bench", ROOT / "benchmarks" / "closed_loop.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("closed_loop", "closed_loop_bench")
 
 
 cl = _bench()

@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from ..conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def device_docs() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("device_docs", ROOT / "benchmarks" / "device_docs.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["device_docs"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("device_docs")
 
 
 def test_the_docs_blocks_are_the_newest_saved_runs(device_docs: ModuleType) -> None:

@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 from pathlib import Path
 from types import ModuleType
+
+from ..conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _report() -> ModuleType:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    path = ROOT / "benchmarks" / "shared_gpu_report.py"
-    spec = importlib.util.spec_from_file_location("shared_gpu_report", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("shared_gpu_report")
 
 
 def test_the_docs_table_is_the_saved_runs() -> None:

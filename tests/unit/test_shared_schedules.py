@@ -5,7 +5,6 @@ tables come from the newest saved run of benchmarks/shared_schedules.py."""
 
 from __future__ import annotations
 
-import importlib.util
 from types import ModuleType
 
 import pytest
@@ -16,17 +15,13 @@ from autobatch.plan.switching import switching_map
 from autobatch.profiles import load_profiles
 from autobatch.schedule import load_schedule
 
-from ..conftest import CURVES, PROFILES, ROOT
+from ..conftest import CURVES, PROFILES, ROOT, load_benchmark
 
 SCHEDULES = ROOT / "examples" / "schedules"
 
 
 def _module(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark(name)
 
 
 @pytest.mark.parametrize("name", ["cotenants-step", "cotenants-ramp", "cotenants-day"])
