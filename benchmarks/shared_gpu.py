@@ -11,8 +11,10 @@ the same times) and its own Triton holding the emulated model (the config's
 curve), behind its own HAProxy, fed the same arrival trace (same seed):
 Triton's default, every other rung of the config's ladder held, the
 controller by reload (the config) and by gateway (``--gateway-config``, or
-the config with examples/sidecar-gateway.yaml's actuator: one warm variant
-per rung on the mode's device). Modes that the two cores cannot carry at once
+the config with examples/sidecar-gateway.yaml's actuator, one warm variant
+per rung on the mode's device, and without the reload-only guards
+``efficiency.max_busy``, ``max_p95``, ``max_load``: the result says so as
+``gateway_without``). Modes that the two cores cannot carry at once
 run in groups of ``--group-size`` one after another, each with the default in
 it. Repeated ``--repeats`` times. docs/benchmarks.md ("The shared GPU, side by
 side") says what each figure is and what the CPU-headroom figures show.
@@ -67,12 +69,30 @@ def _absolute_paths(data: dict[str, Any], config: Path) -> dict[str, Any]:
     return data
 
 
+RELOAD_ONLY = ("efficiency.max_busy", "efficiency.max_p95", "efficiency.max_load")
+"""The policy's guards of a reload's own disturbance (its new copy loads on the serving
+devices): a gateway shifts traffic between warm variants, so its controller runs without them."""
+
+
+def without_reload_guards(policy: dict[str, Any]) -> dict[str, Any]:
+    """``policy`` (a sidecar config's section) without :data:`RELOAD_ONLY`, flat or grouped."""
+    out = dict(policy)
+    for key in RELOAD_ONLY:
+        group, name = key.split(".")
+        out.pop(f"{group}_{name}", None)
+        if isinstance(out.get(group), dict):
+            out[group] = {k: v for k, v in out[group].items() if k != name}
+    return out
+
+
 def gateway_config(config: Path, out: Path) -> Path:
-    """``config`` with examples/sidecar-gateway.yaml's actuator (its variants are set per run)."""
+    """``config`` with examples/sidecar-gateway.yaml's actuator (its variants are set per run),
+    and without the reload's guards (:data:`RELOAD_ONLY`; settings.py: "the gateway needs none")."""
     data = dict(load_yaml(config))
     act = dict(load_yaml(EXAMPLES / "sidecar-gateway.yaml")["actuator"])
     act["guard"] = {**dict(act.get("guard") or {}), "p95_ms": float(data["slo"]["p95_ms"])}
     data["actuator"] = act
+    data["policy"] = without_reload_guards(dict(data.get("policy") or {}))
     out.write_text(yaml.safe_dump(_absolute_paths(data, config), sort_keys=False), encoding="utf-8")
     return out
 
@@ -130,7 +150,8 @@ def comparison(args: argparse.Namespace, name: str, path: Path, gateway: Path,
         cotenants=jobs, seed=args.seed, repeats=args.repeats, group_size=args.group_size,
         lead_in_s=args.lead_in, interval_s=cfg.interval_s, keep=args.keep,
         extra={"config": _rel(args.config), "schedule_file": _rel(path), "code": code_version(),
-               **({"gateway_config": _rel(args.gateway_config)} if args.gateway_config else {}),
+               **({"gateway_config": _rel(args.gateway_config)} if args.gateway_config
+                  else {"gateway_without": list(RELOAD_ONLY)}),
                **({"cotenants_file": _rel(args.cotenants)} if args.cotenants else {}),
                **({"variants": args.variant} if args.variant else {})})
 

@@ -76,6 +76,14 @@ def phase_table(result: Mapping[str, Any]) -> Table:
     return t
 
 
+def _react(x: Mapping[str, Any]) -> str:
+    """One arrival's reaction in windows: ``none`` (no switch followed it), or ``not needed``
+    (the profile in force already suited the phase; runs before 2026-12-02 14:00 lack it)."""
+    if x.get("needed") is False:
+        return "not needed"
+    return "none" if x["windows"] is None else f"{x['windows']:g}"
+
+
 def verdict_line(result: Mapping[str, Any], mode: str) -> str:
     s = result["summary"][mode]
 
@@ -89,9 +97,8 @@ def verdict_line(result: Mapping[str, Any], mode: str) -> str:
     target = last[0]["target_points"] if last else 0
     beaten = s["every_static_loses"]
     winners = sorted({m for v in last for m, why in v["losers"].items() if why is None})
-    reacts = [x["windows"] for v in last for x in v["reactions"]]
-    react = "no co-tenant arrival" if not reacts else \
-        ", ".join("none" if w is None else f"{w:g}" for w in reacts) + " windows"
+    reacts = [x for v in last for x in v["reactions"]]
+    react = "no co-tenant arrival" if not reacts else ", ".join(map(_react, reacts)) + " windows"
     worst = med('worst_excess_points', '{:+.1f}')
     return (f"{result['schedule']}: controller by {mode}: worst phase {worst} "
             f"points over the best static (target {target:g}); device {med('device_vs_default')}x the "
@@ -224,8 +231,8 @@ def docs_rows(doc: Mapping[str, Any]) -> list[str]:
             continue
         vs = [r["verdicts"]["controllers"][mode] for r in data["runs"]
               if mode in r["verdicts"]["controllers"]]
-        reacts = [x["windows"] for v in vs for x in v["reactions"]]
-        react = "-" if not reacts else ", ".join("none" if w is None else f"{w:g}" for w in reacts)
+        reacts = [x for v in vs for x in v["reactions"]]
+        react = "-" if not reacts else ", ".join(map(_react, reacts))
         mine = cot.get(mode, {}).get("items_per_s")
         base = cot.get("triton-default", {}).get("items_per_s")
         items = "-" if not mine or not base else f"{mine:.0f} ({mine / base:.2f}x)"

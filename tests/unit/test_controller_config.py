@@ -70,7 +70,7 @@ FLAT_VALUES = {
 
 
 def test_the_old_flat_policy_keys_load_as_their_groups_with_one_line_each(tmp_path):
-    from autobatch.policy.settings import FLAT, GROUPED_ONLY, GROUPS
+    from autobatch.policy.settings import FIELDS_GROUPED_ONLY, FLAT, GROUPED_ONLY, GROUPS
 
     assert set(FLAT_VALUES) == set(FLAT)  # every old key is tried here
     grouped: dict[str, dict[str, Any]] = {}
@@ -83,7 +83,8 @@ def test_the_old_flat_policy_keys_load_as_their_groups_with_one_line_each(tmp_pa
     assert old.policy.efficiency.max_busy == 0.7 and old.policy.capacity.margin == 1.3
     for group in set(GROUPS) - GROUPED_ONLY:  # no field left at its default: each key reached its field
         defaults = GROUPS[group]()
-        assert all(getattr(new.policy, group).__dict__[k] != v for k, v in defaults.__dict__.items())
+        assert all(getattr(new.policy, group).__dict__[k] != v for k, v in defaults.__dict__.items()
+                   if (group, k) not in FIELDS_GROUPED_ONLY)
     assert len(old.deprecations) == len(FLAT)
     assert all("\n" not in line for line in old.deprecations)
     assert ("sidecar.yaml: policy.efficiency_max_busy is deprecated: write policy.efficiency.max_busy "
@@ -439,3 +440,22 @@ def test_autobatch_run_takes_the_model_from_the_environment(tmp_path: Path):
     res = subprocess.run(base, capture_output=True, text=True, timeout=60,
                          env={**env, "AUTOBATCH_MODEL": "dense_mlp"})
     assert res.returncode == 2 and res.stderr == f"autobatch: error: {bad}: slo.p95_ms = -5.0: must be > 0\n"
+
+
+@pytest.mark.parametrize(("value", "got", "error"), [
+    (0.7, 0.7, None),
+    (None, None, None),  # null: off, as left out
+    (0.0, None, "policy.efficiency.max_load"),
+    (1.5, None, "policy.efficiency.max_load"),
+])
+def test_max_load_is_grouped_only_a_fraction_or_null(tmp_path, value, got, error):
+    if error is None:
+        assert _policy(tmp_path, {"efficiency": {"max_load": value}}).policy.efficiency.max_load == got
+    else:
+        with pytest.raises(ConfigError, match=error.replace(".", r"\.")):
+            _policy(tmp_path, {"efficiency": {"max_load": value}})
+
+
+def test_max_load_has_no_flat_spelling(tmp_path):
+    with pytest.raises(ConfigError, match="max_load"):
+        _policy(tmp_path, {"max_load": 0.7})

@@ -9,8 +9,10 @@ import pytest
 from autobatch.lab.compare import (
     best_shares,
     controller_verdict,
+    in_force,
     oracle,
     reactions,
+    right_profiles,
     single_static,
     spread,
 )
@@ -116,6 +118,34 @@ def test_reaction_from_each_arrival_to_the_first_switch_after_it() -> None:
     got_ = [(r.decision_s, r.windows, r.reason) for r in got]
     assert got_ == [(2.0, 2.0, "slo_breach"), (None, None, None)]
     assert reactions(decisions, [], end_s=90.0, interval_s=1.0) == []  # no co-tenant ever arrives
+
+
+def test_no_reaction_is_needed_when_the_profile_in_force_suits_the_phase() -> None:
+    """On the ramp the controller sat on the default when the co-tenants came: nothing to react
+    to, not "the first switch 57 s later"."""
+    phases = {m: r["phases"] for m, r in STATICS.items()}
+    assert right_profiles(phases, 1) == {"triton-default", "middle"}  # within a point of 2%
+    assert right_profiles(phases, 0) == {"triton-default", "waiting", "middle"}
+    decisions = [
+        {"t_s": 5.0, "action": "switch", "reason": "efficiency", "target": "waiting", "ok": True},
+        {"t_s": 20.0, "action": "switch", "reason": "low_load", "target": "triton-default", "ok": False},
+        {"t_s": 57.0, "action": "switch", "reason": "efficiency", "target": "waiting", "ok": True},
+    ]
+    assert in_force(decisions, 4.0, "triton-default") == "triton-default"
+    assert in_force(decisions, 30.0, "triton-default") == "waiting"  # the failed switch did not take
+    right = [right_profiles(phases, 1)]
+    # on waiting at the arrival: a reaction is due, the first switch after it
+    due = reactions(decisions[:2] + [{"t_s": 31.5, "action": "switch", "reason": "shared",
+                                      "target": "triton-default", "ok": True}],
+                    [30.0], end_s=90.0, interval_s=1.0, start="triton-default", right=right)
+    assert [(r.needed, r.profile, r.decision_s, r.reason) for r in due] == [(True, "waiting", 1.5, "shared")]
+    # on the default at the arrival: none needed, whatever switch came later
+    calm = reactions(decisions[1:], [30.0], end_s=90.0, interval_s=1.0, start="triton-default", right=right)
+    assert [(r.needed, r.profile, r.decision_s, r.windows) for r in calm] == [
+        (False, "triton-default", None, None)]
+    # without what is right, as before: the first switch after the arrival
+    old = reactions(decisions[1:], [30.0], end_s=90.0, interval_s=1.0)
+    assert [(r.needed, r.decision_s) for r in old] == [(True, 27.0)]
 
 
 def test_spread_is_max_minus_min_and_the_median_of_what_exists() -> None:

@@ -111,7 +111,7 @@ def test_the_table_is_ordered_by_section_and_names_what_each_rule_reads():
     kinds = [r.kind for r in RULES]
     assert kinds[:3] == ["survival"] * 3 and set(kinds) == {"survival", "protective", "efficiency"}
     assert len({r.name for r in RULES}) == len(RULES)
-    context_fields = {f.name for f in dataclasses.fields(Context)} | {"waiting", "wait_pays"}
+    context_fields = {f.name for f in dataclasses.fields(Context)} | {"waiting", "wait_pays", "load"}
     window_fields = {n for n in dir(Observation) if not n.startswith("_")}
     for rule in RULES:
         assert rule.fires and rule.reads, rule.name
@@ -330,3 +330,56 @@ def test_the_policy_stays_small_pieces():
                 if lines > 60:
                     long.append(f"{path.name}:{node.lineno} {node.name}: {lines} lines")
     assert not long, long
+
+
+# -- room for a reload: the busy share, or the load over the live capacity --------------------------
+
+# latency-soft at 300/s on GAINS: it carries 533/s, so the load is 56% of it; its instances read 90% busy.
+BUSY_BELOW_CAPACITY = dict(inference_rps=300.0, mean_batch_size=4.0, mean_queue_ms=3.0, p95_ms=12.0,
+                           busy_share=0.9)
+
+
+@pytest.mark.parametrize(("efficiency", "reason", "refused"), [
+    (Efficiency(), Reason.EFFICIENCY, None),  # neither guard: the step
+    (Efficiency(max_busy=0.7), Reason.STEADY, "the instances are 90% busy (> 70%): no room"),
+    # the load gate in its place: 56% of the capacity is room, however busy the instances read
+    (Efficiency(max_load=0.7), Reason.EFFICIENCY, None),
+    (Efficiency(max_load=0.5), Reason.STEADY,
+     "the load is 56% of what latency-soft carries (300 of 533/s, > 50%): no room"),
+    (Efficiency(max_busy=0.95, max_load=0.6), Reason.EFFICIENCY, None),
+])
+def test_room_for_a_reload_is_the_busy_share_or_the_load(efficiency: Efficiency, reason: Reason,
+                                                       refused: str | None) -> None:
+    rec = recommend(ctx("latency-soft", settings(efficiency=efficiency), **BUSY_BELOW_CAPACITY))
+    assert rec.reason is reason
+    assert (refused is None) == (rec.target != 0) and (refused is None or refused in rec.message)
+
+
+def test_the_load_gate_reads_the_stretched_capacity_on_a_shared_device() -> None:
+    """Batches 2x their curve while others use the device: latency-soft carries 267/s, so
+    300/s is over the gate's 0.7 (the same load alone was 56%)."""
+    c = ctx("latency-soft", settings(efficiency=Efficiency(max_load=0.7)), **BUSY_BELOW_CAPACITY,
+            stretch=2.0, others_share=0.5, utilization=0.95)
+    assert c.load == pytest.approx(300.0 / (533.33 / 2.0), rel=1e-3)
+    assert c.no_room() is not None and "carries (300 of 267/s, > 70%)" in c.no_room()
+    alone = ctx("latency-soft", settings(efficiency=Efficiency(max_load=0.7)), **BUSY_BELOW_CAPACITY)
+    assert alone.load == pytest.approx(300.0 / 533.33, rel=1e-3) and alone.no_room() is None
+
+
+def test_busy_veto_reads_the_load_gate_too() -> None:
+    # aggressive carries 1067/s on GAINS: 300/s is 28% of it, a backlog all the same
+    backlog = dict(inference_rps=300.0, mean_queue_ms=80.0, busy_share=0.95, p95_ms=30.0)
+    held = busy_veto(move(ctx("aggressive", settings(efficiency=Efficiency(max_load=0.25)), **backlog),
+                          1, Reason.NO_GAIN))
+    assert held is not None and held.reason is Reason.SATURATED and "the load is 28%" in held.message
+    assert busy_veto(move(ctx("aggressive", settings(efficiency=Efficiency(max_load=0.5)), **backlog),
+                          1, Reason.NO_GAIN)) is None
+
+
+def test_max_load_is_a_fraction_or_off_and_has_no_flat_name() -> None:
+    assert Efficiency().max_load is None
+    with pytest.raises(ValueError, match=r"^efficiency.max_load must be in \(0, 1\]$"):
+        Efficiency(max_load=0.0)
+    with pytest.raises(ValueError, match=r"^efficiency.max_load must be in \(0, 1\]$"):
+        Efficiency(max_load=1.5)
+    assert ("efficiency", "max_load") not in FLAT.values()

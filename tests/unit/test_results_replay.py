@@ -141,9 +141,11 @@ def _variant_sets(data: dict, mode: str) -> str:
     return ""
 
 
-def _shared_logs() -> list[tuple[str, str, str]]:
-    """(log file name, config, the variant's settings) for each controller of each group of
-    each repeat of every current benchmarks/shared_gpu.py result."""
+def _shared_logs() -> list[tuple[str, str, str, tuple[str, ...]]]:
+    """(log file name, config, the variant's settings, the policy fields the run left out) for
+    each controller of each group of each repeat of every current benchmarks/shared_gpu.py
+    result (a gateway derived from the reload's config runs without its reload-only guards,
+    ``gateway_without``, since 2026-12-02 afternoon)."""
     out = []
     for path in sorted(SHARED.glob("*.json")):
         data = json.loads(path.read_text(encoding="utf-8"))["data"]
@@ -151,18 +153,33 @@ def _shared_logs() -> list[tuple[str, str, str]]:
         for run in data["runs"]:
             for g, group in enumerate(run["groups"]):
                 for mode in sorted(set(group["modes"]) & set(kinds)):
-                    config = data.get("gateway_config") if kinds[mode] == "gateway" else None
+                    gateway = kinds[mode] == "gateway"
+                    config = data.get("gateway_config") if gateway else None
+                    drops = tuple(data.get("gateway_without") or ()) if gateway else ()
                     out.append((f"{path.stem}-{data['schedule']}-r{run['repeat']}-g{g}-{mode}.jsonl.gz",
-                                config or data["config"], _variant_sets(data, mode)))
+                                config or data["config"], _variant_sets(data, mode), drops))
     return out
 
 
-@pytest.mark.parametrize(("name", "config", "sets"), _shared_logs())
-def test_the_shared_gpu_logs_replay_through_the_config_they_ran(name: str, config: str, sets: str) -> None:
+def _without(policy: dict, drops: tuple[str, ...]) -> dict:
+    """``policy`` without the ``group.field`` names in ``drops``, written flat or grouped."""
+    out = dict(policy)
+    for key in drops:
+        group, name = key.split(".")
+        out.pop(f"{group}_{name}", None)
+        if isinstance(out.get(group), dict):
+            out[group] = {k: v for k, v in out[group].items() if k != name}
+    return out
+
+
+@pytest.mark.parametrize(("name", "config", "sets", "drops"), _shared_logs())
+def test_the_shared_gpu_logs_replay_through_the_config_they_ran(name: str, config: str, sets: str,
+                                                                drops: tuple[str, ...]) -> None:
     path = SHARED / "logs" / name
     assert path.is_file(), f"{path} is missing: benchmarks/shared_gpu.py saves it beside its result"
     example = ROOT / config
     data = dict(load_yaml(example))
+    data["policy"] = _without(dict(data.get("policy") or {}), drops)
     for item in filter(None, sets.split(",")):  # a variant: its settings as shared_gpu.py set them
         key, _, value = item.partition("=")
         *path_, last = key.split(".")

@@ -41,3 +41,21 @@ def test_a_new_run_makes_the_table_stale(tmp_path: Path) -> None:
     assert not report.check(folder, page)
     _, new = report._docs_text(folder, page)
     assert "benchmarks/results/shared_gpu/20990101-000000.json" in new
+
+
+def test_the_gateway_runs_without_the_reload_only_guards(tmp_path: Path) -> None:
+    """The gateway derived from the reload's config keeps its policy but for the guards of a
+    reload's own disturbance (its variants are warm), flat or grouped, and the run says so."""
+    import yaml
+
+    bench = load_benchmark("shared_gpu")
+    reload = tmp_path / "reload.yaml"
+    data = yaml.safe_load((ROOT / "examples" / "sidecar-t4.yaml").read_text(encoding="utf-8"))
+    data["policy"].update(efficiency_max_p95=0.5, stability={"confirmations": 2})
+    data["policy"]["efficiency"] = {"max_load": 0.7, "max_busy": 0.7, "headroom": 0.6}
+    reload.write_text(yaml.safe_dump(data), encoding="utf-8")
+    out = yaml.safe_load(bench.gateway_config(reload, tmp_path / "gateway.yaml").read_text(encoding="utf-8"))
+    assert out["actuator"]["kind"] == "gateway"
+    assert out["policy"]["efficiency"] == {"headroom": 0.6}  # the reload's other settings stay
+    assert "efficiency_max_p95" not in out["policy"] and out["policy"]["stability"] == {"confirmations": 2}
+    assert set(bench.RELOAD_ONLY) == {"efficiency.max_busy", "efficiency.max_p95", "efficiency.max_load"}

@@ -8,14 +8,15 @@ profile per phase that keeps within a point of that phase's best, switched to a
 reaction time into the phase), each controller against the targets of issue 28,
 whether every static profile loses to it on one of the two counts, whether a
 single static profile is the answer, the reaction from a co-tenant's arrival to
-a decision, and the median and spread of a ratio over repeated runs.
+a decision (none needed when the profile in force suits the phase already), and
+the median and spread of a ratio over repeated runs.
 docs/benchmarks.md ("The shared GPU, side by side") says how the run makes them.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -32,7 +33,9 @@ __all__ = [
     "best_shares",
     "controller_verdict",
     "oracle",
+    "in_force",
     "reactions",
+    "right_profiles",
     "single_static",
     "spread",
 ]
@@ -230,36 +233,67 @@ def single_static(statics: Mapping[str, Mapping[str, Any]], durations: Sequence[
 
 @dataclass(frozen=True)
 class Reaction:
-    """From a co-tenant's arrival to the controller's first switch after it."""
+    """From a co-tenant's arrival to the controller's first switch after it; or no reaction
+    needed, when the profile in force at the arrival is right for the phase it falls in."""
 
     arrival_s: float
     decision_s: float | None
-    """Seconds after the arrival (None: no switch before the next arrival or the end)."""
+    """Seconds after the arrival (None: no switch before the next arrival or the end, or
+    none needed)."""
     windows: float | None
     """The same in the controller's windows (its interval)."""
     reason: str | None
     target: str | None
+    needed: bool = True
+    """False: the profile in force at the arrival (``profile``) was already right there."""
+    profile: str | None = None
+    """The profile in force at the arrival, where known."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
+def right_profiles(statics: Mapping[str, Phases], index: int, points: float = ORACLE_POINTS) -> set[str]:
+    """The static profiles right for phase ``index``: within ``points`` of its best share over
+    the SLO (the oracle's test); empty for an idle phase."""
+    best = best_shares(statics)[index]
+    if best is None:
+        return set()
+    return {m for m, ph in statics.items()
+            if _served(ph[index]) and ph[index]["over_slo_share"] <= best + points / 100.0 + EPS}
+
+
+def in_force(decisions: Sequence[Mapping[str, Any]], at_s: float, start: str | None) -> str | None:
+    """The profile in force at ``at_s``: the target of the last switch before it that did not
+    fail (``ok`` False), else ``start``."""
+    done = [d for d in decisions if d["action"] == "switch" and d["t_s"] < at_s - EPS
+            and d.get("ok") is not False]
+    return max(done, key=lambda d: d["t_s"])["target"] if done else start
+
+
 def reactions(decisions: Sequence[Mapping[str, Any]], arrivals_s: Sequence[float], end_s: float,
-              interval_s: float) -> list[Reaction]:
+              interval_s: float, *, start: str | None = None,
+              right: Sequence[Collection[str]] | None = None) -> list[Reaction]:
     """For each arrival (seconds into the run), the first ``switch`` decision at or after it
     and before the next arrival (or ``end_s``). ``decisions``: ``t_s``, ``action``,
-    ``reason``, ``target`` each, on the same clock."""
+    ``reason``, ``target`` each, on the same clock. With ``right`` (per arrival, the profiles
+    right for the phase it falls in) and ``start`` (the profile the controller started on):
+    an arrival the profile in force already suits needs no reaction (``needed`` False)."""
     out: list[Reaction] = []
     if not arrivals_s:
         return out
     bounds = [*arrivals_s[1:], end_s]
-    for a, b in zip(arrivals_s, bounds, strict=True):
-        first = next((d for d in sorted(decisions, key=lambda d: d["t_s"])
-                      if a - EPS <= d["t_s"] < b and d["action"] == "switch"), None)
+    ordered = sorted(decisions, key=lambda d: d["t_s"])
+    for i, (a, b) in enumerate(zip(arrivals_s, bounds, strict=True)):
+        held = in_force(ordered, a, start) if right is not None else None
+        if right is not None and held is not None and held in right[i]:
+            out.append(Reaction(a, None, None, None, None, needed=False, profile=held))
+            continue
+        first = next((d for d in ordered if a - EPS <= d["t_s"] < b and d["action"] == "switch"), None)
         dt = None if first is None else round(first["t_s"] - a, 3)
         out.append(Reaction(a, dt, None if dt is None else round(dt / interval_s, 2),
                             None if first is None else first["reason"],
-                            None if first is None else first["target"]))
+                            None if first is None else first["target"], profile=held))
     return out
 
 

@@ -137,6 +137,24 @@ class Context:
         return self.forecast.horizon_windows * _window_s(self.window)
 
     @property
+    def load(self) -> float | None:
+        """The demand over what the live profile carries now (its capacity with a deep queue,
+        over the stretch on a shared device); None without a capacity."""
+        c = self.capacity.rps[self.current]
+        return None if c is None or c <= 0 else self.demand_rps / c
+
+    def no_room(self) -> str | None:
+        """Why an optional reload has no room now, or None: the instances busier than
+        ``efficiency.max_busy``, or the demand over ``efficiency.max_load`` of the live capacity."""
+        e, busy, load = self.settings.efficiency, self.window.busy_share, self.load
+        if busy is not None and busy > e.max_busy + EPS:
+            return f"the instances are {busy:.0%} busy (> {e.max_busy:.0%})"
+        if e.max_load is not None and load is not None and load > e.max_load + EPS:
+            return (f"the load is {load:.0%} of what {self.profile.name} carries ({self.demand_rps:.0f} "
+                    f"of {self.capacity.rps[self.current]:.0f}/s, > {e.max_load:.0%})")
+        return None
+
+    @property
     def queue_is_backlog(self) -> bool:
         """Requests queue far beyond the live profile's max delay (``survival.saturation_delay_ratio``
         x the delay, at least ``survival.saturation_min_queue_ms``): a backlog, not the batcher's wait."""

@@ -187,17 +187,17 @@ def stabilise(move: Move) -> Hold | None:
 
 def busy_veto(move: Move) -> Hold | None:
     """Hold an optional step toward latency while the instances are busier than
-    ``efficiency.max_busy`` and the queue is a backlog: the step shortens no wait, and a
-    reload's new copy loads on the hardware that serves the backlog."""
-    ctx, s = move.ctx, move.ctx.settings
-    busy = ctx.window.busy_share
-    if not (move.toward_latency and move.rec.reason.kind == "efficiency" and busy is not None
-            and busy > s.efficiency.max_busy + EPS and ctx.queue_is_backlog):
+    ``efficiency.max_busy`` (or the demand over ``efficiency.max_load`` of the live capacity)
+    and the queue is a backlog: the step shortens no wait, and a reload's new copy loads on
+    the hardware that serves the backlog."""
+    ctx = move.ctx
+    full = ctx.no_room()
+    if not (move.toward_latency and move.rec.reason.kind == "efficiency" and full is not None
+            and ctx.queue_is_backlog):
         return None
     return Hold(Reason.SATURATED, (
-        f"{move.rec.message}; but the queue ({ctx.window.mean_queue_ms:.1f} ms) is a backlog and the "
-        f"instances are {busy:.0%} busy (> {s.efficiency.max_busy:.0%}): a reload now takes them for "
-        "seconds and shortens no wait"))
+        f"{move.rec.message}; but the queue ({ctx.window.mean_queue_ms:.1f} ms) is a backlog and "
+        f"{full}: a reload now takes them for seconds and shortens no wait"))
 
 
 GATES: tuple[Callable[[Move], Hold | None], ...] = (confirm, dwell, stabilise, busy_veto)

@@ -251,7 +251,7 @@ def efficiency(ctx: Context) -> Recommendation | None:
     """A profile above saves ``efficiency.min_saving`` of the device time per request and frees
     ``efficiency.min_freed_share`` of the instances' time, its predicted p95 stays under headroom x SLO
     and it carries the load, with room to make the move (``efficiency.max_busy``,
-    ``efficiency.max_p95``): a step toward throughput."""
+    ``efficiency.max_load``, ``efficiency.max_p95``): a step toward throughput."""
     return _step_up(ctx).move
 
 
@@ -315,14 +315,14 @@ RULES: tuple[Rule, ...] = (
         "trust.breach_min_mean", "trust.p95_settle_s")),
     Rule("protective", relief, (
         "breach", "costs", "capacity", "p95_predicted", "window.busy_share", "state.relief_worse",
-        "efficiency.min_saving", "efficiency.min_freed_share", "efficiency.max_busy",
-        "stability.stabilization_drop")),
+        "load", "efficiency.min_saving", "efficiency.min_freed_share", "efficiency.max_busy",
+        "efficiency.max_load", "stability.stabilization_drop")),
     # efficiency
     Rule("efficiency", efficiency, (
-        "p95_trusted", "p95_predicted", "breach", "costs", "capacity", "curve", "window.p95_ms",
+        "p95_trusted", "p95_predicted", "breach", "costs", "capacity", "load", "curve", "window.p95_ms",
         "window.utilization", "window.others_share", "window.busy_share", "efficiency.headroom",
         "efficiency.util_ceiling", "efficiency.min_saving", "efficiency.min_freed_share",
-        "efficiency.max_busy", "efficiency.max_p95")),
+        "efficiency.max_busy", "efficiency.max_load", "efficiency.max_p95")),
     Rule("efficiency", low_load, (
         "costs", "capacity", "window.busy_share", "efficiency.wait_max_busy", "efficiency.latency_tolerance",
         "efficiency.min_freed_share", "capacity.margin")),
@@ -423,9 +423,9 @@ def _relief_offer(ctx: Context) -> Offer:
         elif (pred := ctx.p95_predicted) and pred[i] >= pred[0] - EPS:
             # On a shared device larger batches stretch too: the move must lower the tail.
             refused.append(f"{name}'s p95 would be ~{pred[i]:.0f} ms, the default's ~{pred[0]:.0f}")
-        elif (busy := ctx.window.busy_share) is not None and busy > s.efficiency.max_busy + EPS:
+        elif (full := ctx.no_room()) is not None:
             return Offer(refused=f"{name} would spend {saving.share:.0%} less device time ({cost.source}), "
-                                 f"but the instances are {busy:.0%} busy (> {s.efficiency.max_busy:.0%})")
+                                 f"but {full}")
         else:
             return Offer(Recommendation(i, Reason.RELIEF, (
                 f"relief: {_breach(ctx)} at the most latency-oriented profile; {name} spends "
@@ -440,7 +440,7 @@ def _relief_offer(ctx: Context) -> Offer:
 def _step_up(ctx: Context) -> Offer:
     """The efficiency step toward throughput, or why none pays when the p95 allows judging
     one (None: the p95 does not: untrusted, over the SLO, or near the headroom)."""
-    s, w, demand = ctx.settings, ctx.window, ctx.demand_rps
+    s, demand = ctx.settings, ctx.demand_rps
     limit = s.efficiency.headroom * s.slo_p95_ms
     p95 = _judged_p95(ctx)
     if ctx.breach or p95 is None or p95 >= limit or not _device_has_room(ctx):
@@ -455,12 +455,11 @@ def _step_up(ctx: Context) -> Offer:
                              f"time and {s.efficiency.min_freed_share:.0%} of the instances freed, p95 under "
                              f"{limit:g} ms)")
     name, cost = ctx.ladder[best.index].name, ctx.costs[best.index]
-    busy, room = w.busy_share, s.efficiency.max_p95 * s.slo_p95_ms
-    if busy is not None and busy > s.efficiency.max_busy + EPS:
-        # A reload loads a second copy on the busy devices: the move would cost the SLO.
+    full, room = ctx.no_room(), s.efficiency.max_p95 * s.slo_p95_ms
+    if full is not None:
+        # A reload loads a second copy on the serving devices: near saturation it costs the SLO.
         return Offer(refused=f"{name} would save {best.share:.0%} of the device time ({cost.source}), "
-                             f"but the instances are {busy:.0%} busy (> {s.efficiency.max_busy:.0%}): no "
-                             "room to make the move")
+                             f"but {full}: no room to make the move")
     if p95 > room + EPS:
         # While a reload runs the instances serve on shared devices and the tail grows.
         return Offer(refused=f"{name} would save {best.share:.0%} of the device time ({cost.source}), "

@@ -20,6 +20,7 @@ from autobatch.curve import BatchCurve
 from autobatch.profiles import Profile
 
 __all__ = [
+    "FIELDS_GROUPED_ONLY",
     "FLAT",
     "GROUPED_ONLY",
     "GROUPS",
@@ -137,6 +138,11 @@ class Efficiency:
     max_p95: float = 1.0
     """... nor while the window's p95 is over this share of the SLO (1: never held back):
     while a reload's copy loads, the tail grows and needs room."""
+    max_load: float | None = None
+    """... nor while the demand is over this share of what the live profile carries (its
+    capacity, stretched on a shared device; None: never held back): near saturation a reload
+    has no room. The busy share misleads here: the default keeps a GPU 90% busy with small
+    batches far below its capacity (docs/policy.md, "Room for a reload")."""
     near_delay_ratio: float = 0.5
     """Self-inflicted waiting: mean queue time >= this x the profile's max delay ..."""
     wait_max_busy: float = 0.75
@@ -148,6 +154,8 @@ class Efficiency:
         _fraction("efficiency.min_freed_share", self.min_freed_share, one=False)
         _fraction("efficiency.max_busy", self.max_busy, zero=False)
         _fraction("efficiency.max_p95", self.max_p95, zero=False)
+        if self.max_load is not None:
+            _fraction("efficiency.max_load", self.max_load, zero=False)
         if self.latency_tolerance >= self.min_saving:
             raise ValueError("efficiency.latency_tolerance must be below efficiency.min_saving, "
                              "or the ladder flaps")
@@ -254,10 +262,13 @@ _RENAMED = {
 
 GROUPED_ONLY = {"device"}
 """Groups added after the flat names were retired: they have none."""
+FIELDS_GROUPED_ONLY = {("efficiency", "max_load")}
+"""Fields added to older groups after the flat names were retired: they have none either."""
 
 FLAT: dict[str, tuple[str, str]] = {
     **{f.name: (group, f.name) for group, cls in GROUPS.items() if group not in GROUPED_ONLY
-       for f in fields(cls) if (group, f.name) not in _RENAMED.values()},
+       for f in fields(cls)
+       if (group, f.name) not in _RENAMED.values() and (group, f.name) not in FIELDS_GROUPED_ONLY},
     **_RENAMED,
 }
 """Each flat name (the policy's settings before they were grouped, and the sidecar YAML's

@@ -249,11 +249,12 @@ def _parse_slo(sec: Section) -> _Slo:
 _FRACTIONS = {
     "trust.breach_min_mean", "stability.stabilization_drop", "efficiency.headroom",
     "efficiency.util_ceiling", "efficiency.min_saving", "efficiency.latency_tolerance",
-    "efficiency.min_freed_share", "efficiency.max_busy", "efficiency.max_p95", "efficiency.wait_max_busy",
+    "efficiency.min_freed_share", "efficiency.max_busy", "efficiency.max_p95", "efficiency.max_load",
+    "efficiency.wait_max_busy",
     "capacity.busy_ceiling", "capacity.live_min_busy", "capacity.device_alpha", "forecast.alpha",
     "forecast.beta", "device.shared_min", "device.target_p95",
 }
-_ABOVE_ZERO = {"efficiency.max_busy", "efficiency.max_p95", "efficiency.wait_max_busy",
+_ABOVE_ZERO = {"efficiency.max_busy", "efficiency.max_p95", "efficiency.max_load", "efficiency.wait_max_busy",
                "capacity.busy_ceiling", "capacity.device_alpha", "forecast.alpha", "forecast.beta",
                "device.shared_min", "device.target_p95"}
 
@@ -342,6 +343,8 @@ def _policy_value(sec: Section, key: str, path: str) -> Any:
     if path not in _FRACTIONS:
         return _bounded(sec, key, default, canonical=f"policy.{path}")
     value = sec.float(key, default, min=0.0)
+    if value is None:  # a fraction whose default is None (off): null keeps it off
+        return value
     if value > 1.0:
         raise sec.fail(key, value, "must be a fraction in [0, 1]")
     if path in _ABOVE_ZERO and value <= 0.0:

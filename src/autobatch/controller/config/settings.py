@@ -57,6 +57,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "policy.efficiency.min_freed_share": (0.0, 1.0),
     "policy.efficiency.max_busy": (0.0, 1.0),
     "policy.efficiency.max_p95": (0.0, 1.0),
+    "policy.efficiency.max_load": (0.0, 1.0),
     "policy.efficiency.near_delay_ratio": (0.0, 1_000.0),
     "policy.efficiency.wait_max_busy": (0.0, 1.0),
     "policy.capacity.margin": (0.0, 1_000.0),

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from autobatch.cotenants import CoTenant
-from autobatch.lab.compare import controller_verdict, reactions, single_static, spread
+from autobatch.lab.compare import controller_verdict, reactions, right_profiles, single_static, spread
 from autobatch.lab.process import ManagedProcess, group_members, poll_until
 from autobatch.lab.sidebyside.layout import (
     BASELINE,
@@ -244,6 +244,9 @@ def verdicts(cmp: Comparison, groups: Sequence[Mapping[str, Any]]) -> dict[str, 
                                        for m, r in statics.items()}}
     measured_starts = [s for s, p in zip(schedule.starts_s, schedule.phases, strict=True)
                        if p.name != LEAD_IN]
+    arrivals = arrivals_s(jobs)
+    right = _right_at(statics, measured_starts, arrivals)
+    starts = {m.name: m.profile.name if m.profile else None for m in cmp.modes}
     for g in groups:
         default = whole_run(g["modes"][BASELINE])
         for name, r in g["modes"].items():
@@ -253,9 +256,21 @@ def verdicts(cmp: Comparison, groups: Sequence[Mapping[str, Any]]) -> dict[str, 
             v = controller_verdict(name, whole_run(r), statics, default, durations, react, kinds[name])
             out["controllers"][name] = {
                 **v.to_dict(), "react_s": round(react, 2), "group_default_device_ms": default["device_ms"],
-                "reactions": [x.to_dict() for x in reactions(r["decisions"], arrivals_s(jobs),
-                                                             schedule.duration_s, cmp.interval_s)],
+                "reactions": [x.to_dict() for x in reactions(r["decisions"], arrivals, schedule.duration_s,
+                                                             cmp.interval_s, start=starts.get(name),
+                                                             right=right)],
             }
+    return out
+
+
+def _right_at(statics: Mapping[str, Any], starts: Sequence[float],
+              arrivals: Sequence[float]) -> list[set[str]]:
+    """Per arrival, the static profiles right for the measured phase it falls in (none in the lead-in)."""
+    phases = {m: r["phases"] for m, r in statics.items()}
+    out: list[set[str]] = []
+    for a in arrivals:
+        index = max((k for k, s in enumerate(starts) if s <= a + 1e-6), default=None)
+        out.append(set() if index is None or not phases else right_profiles(phases, index))
     return out
 
 
