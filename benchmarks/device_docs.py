@@ -21,6 +21,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import fill_blocks, sync_blocks  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 DOCS = ROOT / "docs" / "shared-gpu.md"
@@ -179,26 +182,27 @@ BLOCKS: dict[str, Callable[[], str]] = {"accuracy": accuracy, "timeslice": times
                                         "util": util}
 
 
+def _or_how_to_run(make: Callable[[], str]) -> Callable[[], str]:
+    def block() -> str:
+        try:
+            return make()
+        except NotRun as missing:
+            return str(missing)
+    return block
+
+
+def _blocks() -> dict[str, Callable[[], str]]:
+    return {f"device-{name}": _or_how_to_run(make) for name, make in BLOCKS.items()}
+
+
 def render(text: str) -> str:
     """``text`` with every device block rewritten from the saved runs."""
-    for name, make in BLOCKS.items():
-        begin, end = f"<!-- device-{name}:begin -->", f"<!-- device-{name}:end -->"
-        if begin not in text or end not in text:
-            sys.exit(f"{DOCS.relative_to(ROOT)}: no {begin} ... {end} block")
-        head, rest = text.split(begin, 1)
-        _, tail = rest.split(end, 1)
-        try:
-            block = make()
-        except NotRun as missing:
-            block = str(missing)
-        text = f"{head}{begin}\n{block}\n{end}{tail}"
-    return text
+    return fill_blocks(DOCS, text, _blocks())
 
 
 def check() -> bool:
     """Whether docs/shared-gpu.md's device blocks are what the newest saved runs give."""
-    text = DOCS.read_text(encoding="utf-8")
-    return render(text) == text
+    return sync_blocks(DOCS, _blocks(), check=True)
 
 
 def main() -> None:
@@ -210,7 +214,7 @@ def main() -> None:
             sys.exit(f"{DOCS.relative_to(ROOT)}: a device block differs from the newest saved run: "
                      "run benchmarks/device_docs.py")
         return
-    DOCS.write_text(render(DOCS.read_text(encoding="utf-8")), encoding="utf-8")
+    sync_blocks(DOCS, _blocks(), check=False)
     print(f"wrote {DOCS.relative_to(ROOT)}")
 
 

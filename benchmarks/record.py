@@ -6,7 +6,9 @@ date, the command line, the full figures (``data``) and the rows it adds to the
 results table, docs/results.md (``rows``: what, figure, command). ``make results``
 (:mod:`report`) regenerates that table from the newest run of each benchmark;
 where several saved runs hold a row with the same ``key`` and a numeric
-``value``, the table gives their range too.
+``value``, the table gives their range too. Every generated block of a page
+(``<!-- NAME:begin -->`` ... ``<!-- NAME:end -->``) is written and checked by
+:func:`sync_blocks`, whichever script makes it.
 
     from record import row, save_result
     save_result("closed_loop", data, [row("step, share over the SLO", "0.4%", key="step_over", value=0.4)])
@@ -22,13 +24,14 @@ import platform
 import shlex
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
+ROOT = RESULTS.parents[1]
 
-__all__ = ["RESULTS", "machine", "row", "save_result"]
+__all__ = ["RESULTS", "fill_blocks", "machine", "row", "save_result", "sync_blocks"]
 
 
 def machine() -> dict[str, Any]:
@@ -128,3 +131,28 @@ def save_logs(result: Path, logs: Mapping[str, bytes]) -> None:
     for name, text in logs.items():
         with gzip.open(folder / f"{result.stem}-{name}.jsonl.gz", "wb", compresslevel=9) as f:
             f.write(text)
+
+
+def fill_blocks(page: Path, text: str, blocks: Mapping[str, Callable[[], str]]) -> str:
+    """``text`` (``page``'s) with the body of each ``<!-- NAME:begin -->`` ... ``<!-- NAME:end -->``
+    block replaced by ``blocks[NAME]()``, in order; exits naming the page and the markers when
+    a block's are missing (before making its body)."""
+    for name, make in blocks.items():
+        begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+        if begin not in text or end not in text:
+            shown = page.relative_to(ROOT) if page.is_relative_to(ROOT) else page
+            sys.exit(f"{shown}: no {begin} ... {end} markers")
+        head, rest = text.split(begin, 1)
+        _, tail = rest.split(end, 1)
+        text = f"{head}{begin}\n{make()}\n{end}{tail}"
+    return text
+
+
+def sync_blocks(page: Path, blocks: Mapping[str, Callable[[], str]], *, check: bool) -> bool:
+    """Whether ``page``'s generated blocks already are what ``blocks`` make; unless ``check``
+    (a ``--check`` run only tells), the page is rewritten with them."""
+    text = page.read_text(encoding="utf-8")
+    new = fill_blocks(page, text, blocks)
+    if not check and new != text:
+        page.write_text(new, encoding="utf-8")
+    return new == text

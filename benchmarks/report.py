@@ -28,6 +28,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import fill_blocks, sync_blocks  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 README = ROOT / "README.md"
@@ -219,36 +222,23 @@ BLOCKS: dict[Path, list[tuple[str, Callable[[], str]]]] = {
 
 def render(page: Path, text: str) -> str:
     """``text`` with every generated table of ``page`` regenerated."""
-    for name, make in BLOCKS[page]:
-        begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
-        if begin not in text or end not in text:
-            sys.exit(f"{_rel(page)}: no {begin} ... {end} markers")
-        head, rest = text.split(begin, 1)
-        _, tail = rest.split(end, 1)
-        text = f"{head}{begin}\n{make()}\n{end}{tail}"
-    return text
+    return fill_blocks(page, text, dict(BLOCKS[page]))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="exit 1 if a table is out of date")
     args = ap.parse_args()
-    stale = []
-    for page in BLOCKS:
-        text = page.read_text(encoding="utf-8")
-        new = render(page, text)
-        if args.check:
-            if new != text:
-                stale.append(_rel(page))
-            continue
-        page.write_text(new, encoding="utf-8")
-    if stale:
-        sys.exit(f"results tables out of date in {', '.join(stale)}: run `make results`")
-    if not args.check:
-        runs = _runs()
-        rows = sum(len(_shown(docs)) for docs in runs.values())
-        print(f"README.md: {len(HEADLINE)} headline rows; docs/results.md: {rows} rows from "
-              f"{len(runs)} benchmarks in {_rel(RESULTS)}")
+    stale = [_rel(page) for page, blocks in BLOCKS.items()
+             if not sync_blocks(page, dict(blocks), check=args.check)]
+    if args.check:
+        if stale:
+            sys.exit(f"results tables out of date in {', '.join(stale)}: run `make results`")
+        return
+    runs = _runs()
+    rows = sum(len(_shown(docs)) for docs in runs.values())
+    print(f"README.md: {len(HEADLINE)} headline rows; docs/results.md: {rows} rows from "
+          f"{len(runs)} benchmarks in {_rel(RESULTS)}")
 
 
 if __name__ == "__main__":

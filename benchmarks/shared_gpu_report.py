@@ -201,7 +201,7 @@ def rows_for(result: Mapping[str, Any]) -> list[dict[str, Any]]:
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "shared_gpu"
 DOCS = ROOT / "docs" / "shared-gpu.md"
-BEGIN, END = "<!-- shared-gpu-runs:begin -->", "<!-- shared-gpu-runs:end -->"
+BLOCK = "shared-gpu-runs"
 
 
 def newest_runs(results: Path = RESULTS) -> list[dict[str, Any]]:
@@ -264,18 +264,17 @@ def docs_table(results: Path = RESULTS) -> str:
 
 
 def _docs_text(results: Path = RESULTS, page: Path = DOCS) -> tuple[str, str]:
+    from record import fill_blocks
+
     text = page.read_text(encoding="utf-8")
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"{page.relative_to(ROOT)}: no {BEGIN} ... {END} block")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return text, f"{head}{BEGIN}\n{docs_table(results)}\n{END}{tail}"
+    return text, fill_blocks(page, text, {BLOCK: lambda: docs_table(results)})
 
 
 def check(results: Path = RESULTS, page: Path = DOCS) -> bool:
     """Whether the page's table is what the saved runs give."""
-    old, new = _docs_text(results, page)
-    return old == new
+    from record import sync_blocks
+
+    return sync_blocks(page, {BLOCK: lambda: docs_table(results)}, check=True)
 
 
 def main() -> None:
@@ -288,9 +287,10 @@ def main() -> None:
     if args.check:
         sys.exit(0 if check() else
                  f"{DOCS.relative_to(ROOT)}: stale; run benchmarks/shared_gpu_report.py --docs")
-    _, new = _docs_text()
     if args.docs:
-        DOCS.write_text(new, encoding="utf-8")
+        from record import sync_blocks
+
+        sync_blocks(DOCS, {BLOCK: docs_table}, check=False)
     else:
         print(docs_table())
 

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record import RESULTS, row, save_result  # noqa: E402
+from record import RESULTS, row, save_result, sync_blocks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CURVE = ROOT / "curves" / "t4-resnet50-fp16.yaml"
@@ -45,7 +45,7 @@ COTENANTS = {0: None, 1: ROOT / "examples" / "cotenants" / "t4-one-job.yaml",
 RATES = (60.0, 150.0, 300.0)
 SLO_MS = 60.0
 DOCS = ROOT / "docs" / "shared-gpu.md"
-BEGIN, END = "<!-- shared-plan:begin -->", "<!-- shared-plan:end -->"
+BLOCK = "shared-plan"
 NAME = "shared_plan"
 
 
@@ -152,19 +152,9 @@ def markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _docs_text(doc: dict[str, Any]) -> tuple[str, str]:
-    text = DOCS.read_text(encoding="utf-8")
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"{DOCS.relative_to(ROOT)}: no {BEGIN} ... {END} block")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return text, f"{head}{BEGIN}\n{markdown(doc)}\n{END}{tail}"
-
-
 def check() -> bool:
     """Whether docs/shared-gpu.md's table is what the newest saved run gives."""
-    old, new = _docs_text(newest())
-    return old == new
+    return sync_blocks(DOCS, {BLOCK: lambda: markdown(newest())}, check=True)
 
 
 def main() -> None:
@@ -184,8 +174,7 @@ def main() -> None:
                              "saved run: run benchmarks/shared_plan.py --docs")
         return
     if args.docs:
-        _, new = _docs_text(newest())
-        DOCS.write_text(new, encoding="utf-8")
+        sync_blocks(DOCS, {BLOCK: lambda: markdown(newest())}, check=False)
         print(f"wrote {DOCS.relative_to(ROOT)}")
         return
     data = run(args.duration_s, args.sweep_points, args.sweep_requests, args.seed)

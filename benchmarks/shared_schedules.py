@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record import RESULTS, row, save_result  # noqa: E402
+from record import RESULTS, row, save_result, sync_blocks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SLO_MS, PERCENTILE, NETWORK_MS = 60.0, 95, 2.0
@@ -53,8 +53,6 @@ SCHEDULES = (
     *((name, curve, peak) for curve in (FP16, FP32)
       for name, peak in (("step", 350.0), ("bursty", 150.0), ("ramp", 380.0), ("rise-fall", 300.0))),
 )
-BLOCKS = {"ladders": ("<!-- gpu-ladders:begin -->", "<!-- gpu-ladders:end -->"),
-          "schedules": ("<!-- shared-schedules:begin -->", "<!-- shared-schedules:end -->")}
 
 
 def _plan(curve: str, rate: float, *, max_batch_size: int = 32, schedule: str | None = None,
@@ -176,22 +174,14 @@ def schedules_md(doc: dict[str, Any]) -> str:
     return "\n".join([*lines, "", _source(doc)])
 
 
-def _docs_text(doc: dict[str, Any]) -> tuple[str, str]:
-    text = new = DOCS.read_text(encoding="utf-8")
-    for key, render in (("ladders", ladders_md), ("schedules", schedules_md)):
-        begin, end = BLOCKS[key]
-        if begin not in new or end not in new:
-            raise SystemExit(f"{DOCS.relative_to(ROOT)}: no {begin} ... {end} block")
-        head, rest = new.split(begin, 1)
-        _, tail = rest.split(end, 1)
-        new = f"{head}{begin}\n{render(doc)}\n{end}{tail}"
-    return text, new
+def _blocks() -> dict[str, Any]:
+    doc = newest()
+    return {"gpu-ladders": lambda: ladders_md(doc), "shared-schedules": lambda: schedules_md(doc)}
 
 
 def check() -> bool:
     """Whether docs/ladders.md's tables are what the newest saved run gives."""
-    old, new = _docs_text(newest())
-    return old == new
+    return sync_blocks(DOCS, _blocks(), check=True)
 
 
 def _rows(data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -226,8 +216,7 @@ def main() -> None:
                              "newest saved run: run benchmarks/shared_schedules.py --docs")
         return
     if args.docs:
-        _, new = _docs_text(newest())
-        DOCS.write_text(new, encoding="utf-8")
+        sync_blocks(DOCS, _blocks(), check=False)
         print(f"wrote {DOCS.relative_to(ROOT)}")
         return
     data = run(args.sweep_points, args.sweep_requests, args.seed)

@@ -23,7 +23,8 @@ from autobatch.policy.rules import RULES, steady
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "policy.md"
-BEGIN, END = "<!-- rules:begin -->", "<!-- rules:end -->"
+sys.path.insert(0, str(ROOT / "benchmarks"))  # the one writer of generated blocks
+from record import sync_blocks  # noqa: E402
 
 
 def _md(text: str) -> str:
@@ -48,18 +49,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="exit 1 if docs/policy.md's table is out of date")
     args = ap.parse_args()
-    text = PAGE.read_text(encoding="utf-8")
-    if BEGIN not in text or END not in text:
-        sys.exit(f"{PAGE}: no {BEGIN} ... {END} markers")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    new = f"{head}{BEGIN}\n{table()}\n{END}{tail}"
+    fresh = sync_blocks(PAGE, {"rules": table}, check=args.check)
     if args.check:
-        if new != text:
+        if not fresh:
             sys.exit("docs/policy.md's rule table is out of date: "
                      "run `.venv/bin/python scripts/rule_table.py`")
         return
-    PAGE.write_text(new, encoding="utf-8")
     print(f"docs/policy.md rule table: {len(RULES)} rules and steady, from autobatch.policy.rules.RULES")
 
 
