@@ -273,6 +273,26 @@ def test_liveness_turns_503_only_when_ticks_stop_completing():
     assert h.live(26).ok and not h.live(28).ok
 
 
+def test_a_tick_after_one_that_timed_out_is_not_progress_until_it_completes():
+    # A hung peer: every tick times out. A new tick's first moments, before its first call
+    # times out, must not read as progress, or /healthz flaps 200/503 through the hang
+    # (tests/integration/test_sidecar.py's SIGSTOP test read "ok: a tick has been running"
+    # right after a 503).
+    h = Health(bound_s=10, tick_limit_s=100, max_age_s=30, started_s=0)
+    h.tick_started(1)
+    assert h.tick_ended(2) is True
+    h.tick_started(3)
+    h.timed_out("signals", "Triton metrics did not answer within 1 s")
+    assert h.tick_ended(4) is False
+    h.tick_started(13)
+    verdict = h.live(13.5)
+    assert not verdict.ok and verdict.message.startswith("stalled: ") and "did not answer" in verdict.message
+    assert h.tick_ended(14) is True  # the peer answers again: the tick completes
+    assert h.live(14.5).ok
+    h.tick_started(15)  # and a running tick after a completed one is progress again
+    assert h.live(30).ok
+
+
 def test_a_tick_past_its_hard_limit_is_not_live_even_without_timeouts():
     h = Health(bound_s=10, tick_limit_s=20, max_age_s=30, started_s=0)
     h.tick_started(1)

@@ -12,7 +12,9 @@ raised (a bug outside the stages that catch their own errors). A peer that refus
 (Triton killed: connection refused) does not: ticks complete with errors,
 ``/healthz`` stays 200 and readiness goes false. A tick still running within
 its own hard limit, none of whose calls has timed out yet (a long reload), is
-progress too.
+progress too, but only when the tick before it completed: while a peer hangs,
+each new tick would otherwise read as progress until its first call times out,
+and ``/healthz`` would flap 200/503 for as long as the hang lasts.
 
 **Readiness** is "the controller sees the model": ``/readyz`` is 503 while the
 signals are stale: the latest read failed, no fresh window has come in yet,
@@ -51,6 +53,8 @@ class Health:
         self.last_completed_s: float | None = None
         self.tick_started_s: float | None = None
         self._tick_timeouts: list[str] = []
+        self._last_tick_completed = True
+        """Whether the last tick that ended completed (True before the first ends)."""
         self.last_timeout: str | None = None
         self.last_fresh_end_s: float | None = None
         self.signals_error: str | None = None
@@ -70,10 +74,10 @@ class Health:
         timed out). A failed tick is not progress: a bug that raises on every tick ends
         in ``/healthz`` 503 (left as running, each tick would look like progress)."""
         self.tick_started_s = None
-        if failed or self._tick_timeouts:
-            return False
-        self.last_completed_s = now
-        return True
+        self._last_tick_completed = not (failed or self._tick_timeouts)
+        if self._last_tick_completed:
+            self.last_completed_s = now
+        return self._last_tick_completed
 
     def signals(self, *, fresh_end_s: float | None, error: str | None) -> None:
         """The latest read: the end of a fresh window it gave (if any), or its error."""
@@ -90,7 +94,8 @@ class Health:
         if gap <= self.bound_s:
             return Verdict(True, f"ok: {what} {gap:.1f} s ago (bound {self.bound_s:g} s)")
         running = self.tick_started_s
-        if running is not None and not self._tick_timeouts and now - running <= self.tick_limit_s:
+        if (running is not None and self._last_tick_completed and not self._tick_timeouts
+                and now - running <= self.tick_limit_s):
             return Verdict(True, f"ok: a tick has been running for {now - running:.1f} s "
                                  "and none of its calls has timed out")
         why = f"; last timeout: {self.last_timeout}" if self.last_timeout else ""
