@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,7 +21,7 @@ import httpx
 import pytest
 
 from autobatch.actuators import TritonReloadActuator
-from autobatch.lab.device import DeviceMeter
+from autobatch.lab.device import DeviceMeter, DeviceTotals
 from autobatch.lab.process import poll_until_async
 from autobatch.profiles import load_profiles
 
@@ -49,6 +50,31 @@ def server(tmp_path_factory) -> Iterator[Any]:
         yield srv
 
 
+class RecordingMeter(DeviceMeter):
+    """The meter, keeping each sample it took with when its request went out and came back
+    (``time.monotonic``, the load's clock)."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.samples: list[tuple[float, float, DeviceTotals]] = []
+
+    async def _sample(self, model: str) -> DeviceTotals:
+        sent = time.monotonic()
+        totals = await super()._sample(model)
+        self.samples.append((sent, time.monotonic(), totals))
+        return totals
+
+
+def swaps_seen(samples: list[tuple[float, float, DeviceTotals]]) -> list[tuple[float, float]]:
+    """For each reset between two consecutive samples (any counter fell: a new copy), when the
+    last sample of the old copy went out and when the first of the new one came back."""
+    out = []
+    for (sent, _, a), (_, back, b) in zip(samples, samples[1:]):
+        if b.requests < a.requests or b.executions < a.executions or b.compute_ns < a.compute_ns:
+            out.append((sent, back))
+    return out
+
+
 def counters(url: str) -> dict[str, int]:
     (entry,) = httpx.get(f"{url}/v2/models/{MODEL}/stats", timeout=10).json()["model_stats"]
     return {
@@ -66,7 +92,7 @@ async def test_a_reload_restarts_every_counter_and_the_polled_meter_counts_both_
     # the load out, and the old copy's counts since the last read go with it (243 of 1897
     # requests lost in one fresh-ci run, 2026-12-01, with reloads of 6-9 s).
     actuator = TritonReloadActuator(server.urls.http, MODEL, ladder, grpc_url=server.urls.grpc)
-    meter = DeviceMeter(server.urls.http, [MODEL])
+    meter = RecordingMeter(server.urls.http, [MODEL])
     stop = asyncio.Event()
     seen: list[dict[str, int]] = []
     try:
@@ -105,16 +131,22 @@ async def test_a_reload_restarts_every_counter_and_the_polled_meter_counts_both_
     # Triton: each swap restarted every counter of the model's statistics together.
     for before, after in zip(seen[::2], seen[1::2], strict=True):
         assert all(after[k] < before[k] for k in before), (before, after)
-    # The meter: every request the client saw served, but the old copies' last moments
-    # (at most the longest stretch between two of its reads each, at RATE; twice that
-    # allowed: a read can wait behind the load of the new copy; one fresh-ci run on a slow
-    # machine, 2026-12-01, lost 183 of 2692 requests, about 1.1 s at RATE per swap), and
-    # no request twice
-    # (a few in flight at the first reading may be counted by one side only).
-    gap = max(POLL_S, meter.longest_gap_s)
-    lost = 2 * int(2 * gap * RATE)
-    print(f"\n[meter] longest gap between reads {meter.longest_gap_s:.2f} s; "
-          f"{ok} served, {total.requests} counted")
-    assert ok - lost <= total.requests <= ok + 5, (ok, total, meter.longest_gap_s)
+    # The meter: every request the client saw served, but the old copies' last moments, and
+    # no request twice (a few in flight at the first reading may be counted by one side only).
+    # What an old copy takes along is what it served after the meter's last sample of it:
+    # requests sent before the first sample of the new copy came back, and answered after
+    # the old one's last went out. Those are counted from the client's own records, swap by
+    # swap. The allowance was RATE x 2 x the longest gap between reads per swap, which is
+    # not that bound: Triton stalls on a loaded machine and answers in bursts, and an old
+    # copy drains what it holds after the swap (make test on the shared machine, 2026-12-02:
+    # 157 lost against 156 allowed; 410 of 4989 against 340, longest gap 1.07 s).
+    swapped = swaps_seen(meter.samples)
+    lost = sum(1 for sent, done, outcome in load.done if outcome == "ok"
+               for last_old, first_new in swapped if sent < first_new and done > last_old)
+    print(f"\n[meter] longest gap between reads {meter.longest_gap_s:.2f} s; {ok} served, "
+          f"{total.requests} counted, {ok - total.requests} lost; {lost} answered across the swaps "
+          f"({', '.join(f'{b - a:.2f}' for a, b in swapped)} s)")
+    assert len(swapped) == len(seen) // 2, swapped  # the meter saw each swap as one
+    assert ok - lost <= total.requests <= ok + 5, (ok, total, meter.longest_gap_s, lost)
     assert 0 < total.executions <= total.requests
     assert total.compute_ns > 0
