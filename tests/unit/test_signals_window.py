@@ -173,6 +173,20 @@ def test_a_few_executions_between_the_two_reads_are_not_a_reload() -> None:
     assert not window_between(BEFORE, after).stale
 
 
+def test_the_reads_own_time_widens_what_drift_a_busy_server_may_show() -> None:
+    # /stats answered 10 executions after /metrics (75 a second: 133 ms apart), as a loaded
+    # machine does: more than 5% of the window's 150, so a reload if the reads were quick;
+    # reads that took 100 ms each can hold 15 executions (a make test, 2026-12-02: a 1 s
+    # gateway step judged stale, "drifted apart by 3", and rolled back).
+    after = _with(AFTER, stats=stats(210, 840, ((1, 10, 10_000_000), (4, 200, 1_170_000_000))))
+    quick = window_between(BEFORE, after)
+    assert quick.stale and "drifted apart by 10" in (quick.stale_detail or "")
+    assert not window_between(_with(BEFORE, span_s=0.1), _with(after, span_s=0.1)).stale
+    # ... and a copy that caught up is still a reload when the reads took that long
+    caught_up = _with(AFTER, stats=stats(140, 560, ((4, 140, 1_000_000_000),)), span_s=0.1)
+    assert window_between(_with(BEFORE, span_s=0.1), caught_up).stale_reason == "counter_reset"
+
+
 def test_without_stats_there_is_no_curve_but_a_window() -> None:
     w = window_between(_with(BEFORE, stats=None), AFTER)
     assert not w.stale and w.batch_curve_ms == {} and w.mean_batch_size == 4.0

@@ -71,7 +71,9 @@ _OFFSET_TOLERANCE_EXECS = 2.0
 _OFFSET_TOLERANCE_RATIO = 0.05
 """How far the gap between the two endpoints' execution counts may move within
 a window without calling it a reload. The two reads run concurrently but not
-atomically, so a few executions may land between them."""
+atomically, so a few executions may land between them; on top of this, what the
+window's execution rate runs in the time each sample's reads took
+(:attr:`TritonSample.span_s`)."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,10 @@ class TritonSample:
     """Why the utilisation is None when a dcgm-exporter URL was given (``Window.utilization_detail``)."""
     instance_count: int | None = None
     """The model's execution instances from ``/v2/models/M/config``, or None."""
+    span_s: float = 0.0
+    """How long the concurrent reads took, first request out to last answer: Triton
+    answers ``/metrics`` and ``/stats`` at moments up to this far apart, and a busy
+    server runs executions in between (seconds on a loaded machine)."""
 
     @property
     def model(self) -> str:
@@ -174,11 +180,14 @@ def _check(before: TritonSample, after: TritonSample) -> tuple[StaleReason, str]
         exec0 = m0.counters["nv_inference_exec_count"]
         exec1 = m1.counters["nv_inference_exec_count"]
         moved = (s1.execution_count - exec1) - (s0.execution_count - exec0)
-        if abs(moved) > max(_OFFSET_TOLERANCE_EXECS, _OFFSET_TOLERANCE_RATIO * (exec1 - exec0)):
+        # Executions the window's rate runs while each sample's two reads are in flight.
+        between = (exec1 - exec0) / (after.taken_s - before.taken_s) * (before.span_s + after.span_s)
+        tolerance = max(_OFFSET_TOLERANCE_EXECS, _OFFSET_TOLERANCE_RATIO * (exec1 - exec0)) + between
+        if abs(moved) > tolerance:
             return (
                 StaleReason.COUNTER_RESET,
                 f"/stats and /metrics execution counts drifted apart by {moved:g} within the "
-                "window: the model was reloaded (its /stats restarted)",
+                f"window (more than {tolerance:.1f}): the model was reloaded (its /stats restarted)",
             )
     return None
 
@@ -428,7 +437,7 @@ class TritonSource:
         instances = responses[2] if self.batch_stats else None
         return TritonSample(taken_s=(t0 + t1) / 2, metrics=metrics, stats=stats,
                             utilization=utilization, utilization_detail=detail,
-                            instance_count=instances)
+                            instance_count=instances, span_s=t1 - t0)
 
     async def _fetch(
         self, client: httpx.AsyncClient, url: str, what: str, *, restricted: bool = False
