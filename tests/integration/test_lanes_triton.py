@@ -5,8 +5,15 @@ The shipped two-lane profile (profiles/emulated_accelerator/lanes.yaml, written 
 bulk work arrives in bursts of 128 requests (150/s on average) and urgent requests
 (priority 1) at 20/s, once with the lanes and once with the same batching on one
 level (every request in one FIFO queue), side by side in one test. With one queue
-an urgent request waits behind the burst; with the lanes it goes first, so its p95
-must come out well under the one-queue figure, while Triton keeps batching.
+an urgent request waits behind the burst; with the lanes it goes first: of the
+batchable requests waiting when it was sent, it must overtake most with the lanes
+and hardly any without, while Triton keeps batching.
+
+Which requests it overtook is asserted, not how much sooner it came back: the two
+runs are sequential, so a loaded machine's latency moves between them, and the
+client's own work on each burst adds to every latency alike (the urgent p95 came
+within 0.9x of the one-queue figure at load average 5-6 on 2026-12-02, where the
+lanes still overtook 73% of the waiting backlog and one queue none).
 
 What the batchable lane pays is printed, not asserted: on Triton 2.51 a model with
 priority levels loses payload prefetching, and the cost is larger than the
@@ -58,6 +65,11 @@ def test_urgent_requests_keep_their_latency_while_the_batchable_lane_batches(emu
         # Triton batches either way: at least the preferred 4 on average.
         assert run.mean_batch >= 4.0
     assert lanes.urgent.latency and one.urgent.latency and lanes.batchable.latency
-    # Urgent requests go ahead of the batchable backlog with the lanes, and wait in it without.
-    assert lanes.urgent.latency.p95_ms < 0.75 * one.urgent.latency.p95_ms
+    # Urgent requests go ahead of the batchable backlog with the lanes, and wait in it without:
+    # with one FIFO queue an urgent request only ties with those in its own batch.
+    assert lanes.overtaken is not None and one.overtaken is not None, (lanes, one)
+    assert lanes.overtaken > 0.5 and one.overtaken < 0.25, (lanes.overtaken, one.overtaken)
     assert lanes.urgent.latency.p50_ms < lanes.batchable.latency.p50_ms
+    print(f"\nurgent p95 with the lanes / one queue: "
+          f"{lanes.urgent.latency.p95_ms / one.urgent.latency.p95_ms:.2f}x; overtaken "
+          f"{lanes.overtaken:.2f} / {one.overtaken:.2f}")

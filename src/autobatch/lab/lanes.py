@@ -6,7 +6,10 @@ requests with Triton's request priority 1, batchable ones with no priority
 (the model's default level). Each lane's client latency is summarised, and
 the mean batch Triton executed is read from its statistics around the run.
 Run it once with a two-lane profile loaded and once with the same batching
-on one level, and the urgent lane's latency shows what the lanes buy.
+on one level, and the urgent lane's latency shows what the lanes buy. Which
+requests an urgent one overtook (:attr:`LanesRun.overtaken`) says whether it
+went ahead of the batchable backlog, and does not move with the machine's
+speed as latencies do: the two streams share one clock and one start.
 """
 
 from __future__ import annotations
@@ -50,10 +53,16 @@ class LanesRun:
     batchable: LaneRun
     mean_batch: float
     """Requests per execution Triton ran during the run (its statistics, differenced)."""
+    overtaken: float | None = None
+    """Of the batchable requests still waiting when an urgent one was sent (sent before it,
+    answered after that), the share answered after the urgent one, pooled over the urgent
+    requests; None if none found any waiting. Near 0 when one FIFO queue holds both lanes
+    (a request only ties with those in its own batch); high when the urgent ones go ahead."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"urgent": self.urgent.to_dict(), "batchable": self.batchable.to_dict(),
-                "mean_batch": round(self.mean_batch, 3)}
+                "mean_batch": round(self.mean_batch, 3),
+                "overtaken": None if self.overtaken is None else round(self.overtaken, 3)}
 
 
 class _WithPriority:
@@ -72,6 +81,21 @@ def _lane(name: str, priority: int, records: tuple[RequestRecord, ...]) -> LaneR
     ok = np.array([r.latency_ms for r in records if r.ok and r.latency_ms is not None], dtype=np.float64)
     return LaneRun(name, priority, sum(1 for r in records if r.sent_s is not None), int(ok.shape[0]),
                    LatencyStats.of(ok))
+
+
+def _overtaken(urgent: tuple[RequestRecord, ...], batchable: tuple[RequestRecord, ...]) -> float | None:
+    def spans(records: tuple[RequestRecord, ...]) -> np.ndarray:
+        rows = [(r.sent_s, r.sent_s + r.latency_ms / 1000.0) for r in records
+                if r.ok and r.sent_s is not None and r.latency_ms is not None]
+        return np.array(rows, dtype=np.float64).reshape(-1, 2)
+
+    waiting = overtaken = 0
+    b = spans(batchable)
+    for sent, done in spans(urgent):
+        ahead = b[(b[:, 0] < sent) & (b[:, 1] > sent), 1]
+        waiting += int(ahead.shape[0])
+        overtaken += int(np.count_nonzero(ahead > done))
+    return overtaken / waiting if waiting else None
 
 
 def run_lanes(
@@ -103,11 +127,14 @@ def run_lanes(
     async def both() -> tuple[tuple[RequestRecord, ...], tuple[RequestRecord, ...]]:
         urgent_t = await open_transport(grpc_url, model, timeout_s=timeout_s, seed=seed)
         batch_t = await open_transport(grpc_url, model, timeout_s=timeout_s, seed=seed + 1)
+        # One time 0 for both streams: their send offsets compare (LanesRun.overtaken).
+        start = asyncio.get_running_loop().time() + 0.05
         try:
             (u, *_), (b, *_) = await asyncio.gather(
                 drive(_WithPriority(urgent_t, urgent_priority), Schedule.constant(urgent_rps, duration_s),
-                      seed=seed, drain_s=timeout_s + 1.0),
-                drive(_WithPriority(batch_t, 0), batchable, seed=seed + 1, drain_s=timeout_s + 1.0),
+                      seed=seed, drain_s=timeout_s + 1.0, start_at=start),
+                drive(_WithPriority(batch_t, 0), batchable, seed=seed + 1, drain_s=timeout_s + 1.0,
+                      start_at=start),
             )
         finally:
             await urgent_t.close()
@@ -121,4 +148,4 @@ def run_lanes(
     count = int(after.get("inference_count", 0)) - int(before.get("inference_count", 0))
     execs = int(after.get("execution_count", 0)) - int(before.get("execution_count", 0))
     return LanesRun(_lane("urgent", urgent_priority, urgent), _lane("batchable", 0, batchable),
-                    count / execs if execs else 0.0)
+                    count / execs if execs else 0.0, _overtaken(urgent, batchable))
