@@ -203,6 +203,9 @@ class DeviceScheduler:
         self._slice_left_ms = 0.0
         self._switch_left_ms = 0.0
         self._busy_ms = 0.0
+        self._idle_since_ms = start_ms
+        """When the last job completed (or the start): the device has been idle since, if
+        nothing is pending."""
         self._work_ms: dict[str, float] = {}
         self._completed: dict[str, int] = {}
         # next_completion_ms's look ahead, kept until the state changes: advance() to that
@@ -211,13 +214,29 @@ class DeviceScheduler:
         self._peek: tuple[float, DeviceScheduler, list[Completion]] | None = None
 
     # -- public ------------------------------------------------------------------------
-    def submit(self, now_ms: float, context: str, job: Hashable, work_ms: float) -> list[Completion]:
+    def submit(self, now_ms: float, context: str, job: Hashable, work_ms: float, *,
+               sent_ms: float | None = None) -> list[Completion]:
         """Queue ``job`` of ``work_ms`` (> 0) on ``context`` at ``now_ms``; returns what
-        completed up to then, as :meth:`advance` does."""
+        completed up to then, as :meth:`advance` does.
+
+        ``sent_ms``: when its client sent it, if the way to the device took time. On a device
+        that is idle it starts at ``max(sent_ms, when the device went idle)``: nothing ran
+        meanwhile, so the model is exactly as if it had arrived then. On a busy device it
+        queues at ``now_ms`` (an earlier instant would reorder what already ran)."""
         if not (isinstance(work_ms, (int, float)) and math.isfinite(work_ms) and work_ms > 0):
             raise ValueError(f"work_ms = {work_ms!r}: must be a number > 0")
         done = self.advance(now_ms)
         self._peek = None
+        if sent_ms is not None and sent_ms < self.now_ms and not self.pending():
+            # Idle since _idle_since_ms: no state to undo but the clock (busy time, queues,
+            # the round robin do not change while idle); the job then runs up to now_ms.
+            now_ms, self.now_ms = self.now_ms, max(sent_ms, self._idle_since_ms)
+            self._queue(context, job, work_ms)
+            return done + self.advance(now_ms)
+        self._queue(context, job, work_ms)
+        return done
+
+    def _queue(self, context: str, job: Hashable, work_ms: float) -> None:
         q = self._queues.setdefault(context, deque())
         q.append(_Job(job, float(work_ms), self.now_ms))
         self._work_ms.setdefault(context, 0.0)
@@ -226,7 +245,6 @@ class DeviceScheduler:
             self._fifo.append(context)
         elif len(q) == 1:
             self._order.append(context)
-        return done
 
     def advance(self, now_ms: float) -> list[Completion]:
         """Run the device up to ``now_ms``; the jobs completed meanwhile, in completion order."""
@@ -362,6 +380,8 @@ class DeviceScheduler:
             # takes the next slice at once, with no switch).
             self._order.rotate(-1)
             self._holder = None
+        if out and not self.pending():
+            self._idle_since_ms = self.now_ms
         return out
 
     def _take_over(self, probe: DeviceScheduler) -> None:
@@ -372,6 +392,7 @@ class DeviceScheduler:
         self._holder, self._last_holder = probe._holder, probe._last_holder
         self._slice_left_ms, self._switch_left_ms = probe._slice_left_ms, probe._switch_left_ms
         self._busy_ms, self._work_ms, self._completed = probe._busy_ms, probe._work_ms, probe._completed
+        self._idle_since_ms = probe._idle_since_ms
 
     def _copy(self) -> DeviceScheduler:
         other = DeviceScheduler(self.model, start_ms=self.now_ms)
@@ -383,6 +404,7 @@ class DeviceScheduler:
         other._holder, other._last_holder = self._holder, self._last_holder
         other._slice_left_ms, other._switch_left_ms = self._slice_left_ms, self._switch_left_ms
         other._busy_ms = self._busy_ms
+        other._idle_since_ms = self._idle_since_ms
         other._work_ms = dict(self._work_ms)
         other._completed = dict(self._completed)
         return other

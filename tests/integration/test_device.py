@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from pathlib import Path
 
 import httpx
@@ -16,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from autobatch.cotenants import CoTenant
 from autobatch.curve import BatchCurve
+from autobatch.device import protocol
 from autobatch.device.client import DeviceClient, check_device
 from autobatch.device.protocol import parse_address
 from autobatch.device.runner import CoTenantRunner
@@ -119,7 +121,8 @@ def test_a_refused_job_keeps_the_connection_and_a_broken_line_ends_it() -> None:
         with DeviceClient(dev.address, "b") as c:
             assert c._sock is not None
             c._sock.sendall(b"RUN one two three\n")
-            with pytest.raises(DeviceError, match="ended the connection: expected 'RUN JOB WORK_MS ITEMS'"):
+            with pytest.raises(DeviceError,
+                               match=r"ended the connection: expected 'RUN JOB WORK_MS ITEMS \[SENT_S\]'"):
                 c.wait()
             assert not c.connected
             assert c.run(1.0).job >= 1  # connects again
@@ -145,6 +148,48 @@ def test_a_device_nobody_answers_and_one_that_dies_or_hangs() -> None:
         with pytest.raises(DeviceError, match="closed the connection|dropped the connection|cannot connect"):
             client.run(2.0)
         client.close()
+
+
+def test_a_job_on_an_idle_device_runs_from_when_its_client_sent_it() -> None:
+    """One machine, one CLOCK_MONOTONIC: a client's RUN says when it was sent, and on an idle
+    device the job runs from then (the way over loopback is not device time), or from when
+    the device went idle if that was later. A sent instant the device cannot believe counts
+    from the arrival instead."""
+    with DeviceProcess(settings(util_period_ms=60_000.0)) as dev:  # no period closes meanwhile
+        with DeviceClient(dev.address, "a") as c:
+            assert c.info is not None and c.info.shared_clock  # the READY's reading was ours
+        foreign = DeviceClient(dev.address, "b", clock=lambda: time.monotonic() + 3600.0)
+        assert not foreign.connect().shared_clock  # then its RUN lines carry no instant
+        foreign.close()
+        host, port = dev.settings.listen.host, dev.settings.listen.port
+        with socket.create_connection((host, port), timeout=5) as s:
+            reader = s.makefile("rb")
+            s.sendall(b"HELLO autobatch-device/1 raw\n")
+            assert reader.readline().startswith(b"READY ")
+
+            def run(job: int, sent_s: float) -> protocol.Done:
+                s.sendall(protocol.run(job, 5.0, 1, sent_s))
+                kind, n, rest = protocol.parse_reply(reader.readline().decode().strip())
+                assert (kind, n) == ("DONE", job)
+                return protocol.parse_done(job, rest)
+
+            first = run(1, sent := time.monotonic())
+            t0_s = sent - first.started_ms / 1000.0  # the device's origin on our clock
+            assert first.submitted_ms == first.started_ms and first.device_ms == pytest.approx(5.0)
+            # sent 1 ms before the device went idle (the first job's end): it starts at that end
+            second = run(2, t0_s + (first.finished_ms - 1.0) / 1000.0)
+            assert second.started_ms == pytest.approx(first.finished_ms, abs=0.002)
+            # sent after it: it starts when sent, to the microsecond the line carries
+            third = run(3, sent := max(time.monotonic() - 0.002, t0_s + second.finished_ms / 1000.0))
+            assert third.started_ms == pytest.approx((sent - t0_s) * 1000.0, abs=0.002)
+            jobs = httpx.get(dev.jobs_url, params={"after": 1}).json()["jobs"]
+            assert [j["context"] for j in jobs] == ["raw", "raw"]
+            assert [j["started_ms"] for j in jobs] == pytest.approx([second.started_ms, third.started_ms],
+                                                                   abs=1e-3)  # DONE: 4 decimals
+            assert all(j["answered_ms"] >= j["finished_ms"] for j in jobs)
+            leaving = time.monotonic()
+            late = run(4, leaving - 60.0)  # a minute "on the way": not believed, the arrival counts
+            assert late.started_ms >= (leaving - t0_s) * 1000.0 - 0.002
 
 
 def test_cotenants_run_and_are_counted_by_the_device(tmp_path: Path) -> None:

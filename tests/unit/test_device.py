@@ -81,12 +81,16 @@ def test_a_bad_hello_says_why(line: str, words: str) -> None:
 
 
 def test_run_lines_round_trip_and_bad_ones_say_why() -> None:
-    assert protocol.parse_run(protocol.run(7, 12.96, 8).decode().strip()) == (7, 12.96, 8)
-    assert protocol.parse_run("RUN 1 -3 1") == (1, -3.0, 1)  # refused per job, not per connection
+    assert protocol.parse_run(protocol.run(7, 12.96, 8).decode().strip()) == (7, 12.96, 8, None)
+    # with when the client sent it (its CLOCK_MONOTONIC), to the microsecond
+    assert protocol.parse_run(protocol.run(7, 12.96, 8, 8813.9050114).decode().strip()) == (
+        7, 12.96, 8, 8813.905011)
+    assert protocol.parse_run("RUN 1 -3 1") == (1, -3.0, 1, None)  # refused per job, not per connection
     assert protocol.work_problem(-3.0) == "work_ms = -3.0: must be a number > 0"
     assert protocol.work_problem(math.nan) is not None and protocol.work_problem(0.5) is None
     for bad, words in (("RUN 1 2", "expected 'RUN"), ("RUN a b c", "with numbers"),
-                       ("RUN 1 2 0", "items = 0")):
+                       ("RUN 1 2 0", "items = 0"), ("RUN 1 2 3 4 5", "expected 'RUN"),
+                       ("RUN 1 2 3 soon", "with numbers"), ("RUN 1 2 3 inf", "sent_s = inf")):
         with pytest.raises(ValueError, match=words):
             protocol.parse_run(bad)
 
@@ -99,6 +103,12 @@ def test_replies_parse() -> None:
     assert protocol.parse_reply(protocol.fail(4, "work_ms = 0\nbad").decode().strip()) == (
         "FAIL", 4, "work_ms = 0 bad")
     assert protocol.parse_reply("READY gpu0 timeslice") == ("READY", None, "gpu0 timeslice")
+    kind, _, rest = protocol.parse_reply(protocol.ready("gpu0", "exclusive", 8812.4021).decode().strip())
+    assert (kind, protocol.parse_ready(rest)) == ("READY", ("gpu0", "exclusive", 8812.4021))
+    assert protocol.parse_ready("gpu0 timeslice") == ("gpu0", "timeslice", None)  # no clock: no instants
+    for bad in ("gpu0", "gpu0 timeslice noon", "a b c d"):
+        with pytest.raises(ValueError, match="malformed READY"):
+            protocol.parse_ready(bad)
     for bad in ("DONE x 1 2 3", "HELLO"):
         with pytest.raises(ValueError):
             protocol.parse_reply(bad)

@@ -56,6 +56,58 @@ def test_finish_times(model: SharingModel, jobs: list, want: dict[str, float]) -
     assert got == pytest.approx(want)
 
 
+def sent_late(model: SharingModel, jobs: list[tuple[float, float, str, str, float]],
+              advance_to: list[float] = ()) -> dict[str, tuple[float, float, float]]:
+    """Jobs that reach the device at ``at_ms``, sent at ``sent_ms``: (at_ms, sent_ms, context,
+    job, work_ms) in order (``advance_to``: times the device ran to before the first one);
+    job -> (submitted, started, finished)."""
+    dev = DeviceScheduler(model)
+    for t in advance_to:
+        dev.advance(t)
+    out = {}
+    for at, sent, ctx, job, work in jobs:
+        for c in dev.submit(at, ctx, job, work, sent_ms=sent):
+            out[c.job] = (c.submitted_ms, c.started_ms, c.finished_ms)
+    for c in dev.advance(1e6):
+        out[c.job] = (c.submitted_ms, c.started_ms, c.finished_ms)
+    return out
+
+
+@pytest.mark.parametrize("model", [EX, TS, TS_SWITCH, CC], ids=lambda m: m.policy.value)
+@pytest.mark.parametrize(
+    ("jobs", "advance_to", "want"),
+    [
+        # idle device: the job starts when it was sent, not when the line arrived
+        ([(10.6, 10.0, "a", "a1", 5)], [], {"a1": (10.0, 10.0, 15.0)}),
+        # the device ran on (a metrics scrape) while idle: the same
+        ([(10.6, 10.0, "a", "a1", 5)], [3.0, 10.3], {"a1": (10.0, 10.0, 15.0)}),
+        # a job shorter than the way there completes before it arrived: answered at once
+        ([(10.6, 10.0, "a", "a1", 0.25)], [], {"a1": (10.0, 10.0, 10.25)}),
+        # sent before the device was free: it starts when the device went idle (a1's end)
+        ([(0, 0, "a", "a1", 5), (5.5, 4.0, "a", "a2", 5)], [], {"a1": (0, 0, 5), "a2": (5, 5, 10)}),
+        # sent while the device is busy: it queues as it arrives, what ran already stays
+        ([(0, 0, "a", "a1", 5), (3, 2, "a", "a2", 1)], [], {"a1": (0, 0, 5), "a2": (3, 5, 6)}),
+        # no sent instant, or one after the arrival: the arrival counts
+        ([(10.6, None, "a", "a1", 5)], [], {"a1": (10.6, 10.6, 15.6)}),
+        ([(10.6, 11.0, "a", "a1", 5)], [], {"a1": (10.6, 10.6, 15.6)}),
+    ],
+)
+def test_a_job_starts_when_sent_on_an_idle_device(model: SharingModel, jobs: list, advance_to: list,
+                                                  want: dict) -> None:
+    got = sent_late(model, jobs, advance_to)
+    assert {k: pytest.approx(v) for k, v in got.items()} == want
+
+
+def test_a_job_sent_late_counts_its_busy_time_from_its_start() -> None:
+    for model in (EX, TS, CC):
+        dev = DeviceScheduler(model)
+        dev.advance(10.3)
+        assert dev.submit(10.6, "a", "a1", 5, sent_ms=10.0) == []
+        u = dev.usage()
+        assert (u.now_ms, u.busy_ms, u.work_ms["a"]) == pytest.approx((10.6, 0.6, 0.6))
+        assert dev.next_completion_ms() == pytest.approx(15.0)
+
+
 def test_next_completion_is_when_advance_completes() -> None:
     for model in (EX, TS, TS_SWITCH, CC):
         dev = DeviceScheduler(model)

@@ -44,6 +44,10 @@ class DeviceInfo:
 
     name: str
     policy: str
+    shared_clock: bool = False
+    """Whether the device reads the client's clock (CLOCK_MONOTONIC is one per machine): its
+    reading in READY fell between the HELLO's sending and the READY's arrival. Then each
+    job carries when it was sent, and the device starts it from then."""
 
 
 class DeviceClient:
@@ -86,9 +90,13 @@ class DeviceClient:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock, self._buf = sock, b""
         try:
+            hello_s = self.clock()
             sock.sendall(protocol.hello(self.context))
             line = self._read_line(self.connect_timeout_s)
+            ready_s = self.clock()
             kind, _, rest = protocol.parse_reply(line)
+            if kind == "READY":
+                name, policy, clock_s = protocol.parse_ready(rest)
         except (OSError, ValueError) as exc:
             self.close()
             raise DeviceError(f"{self._where()} did not greet back: {exc}") from exc
@@ -98,8 +106,9 @@ class DeviceClient:
         if kind != "READY":
             self.close()
             raise DeviceError(f"{self._where()} refused the connection: {rest}")
-        name, _, policy = rest.partition(" ")
-        self.info = DeviceInfo(name, policy)
+        # 1 us either side: the line carries the reading to the microsecond
+        shared = clock_s is not None and hello_s - 1e-6 <= clock_s <= ready_s + 1e-6
+        self.info = DeviceInfo(name, policy, shared)
         return self.info
 
     @property
@@ -128,9 +137,11 @@ class DeviceClient:
         assert self._sock is not None
         job = self._next_job
         self._next_job += 1
+        shared = self.info is not None and self.info.shared_clock
         try:
             with self._send_lock:
-                self._sock.sendall(protocol.run(job, float(work_ms), int(items)))
+                sent = self.clock() if shared else None
+                self._sock.sendall(protocol.run(job, float(work_ms), int(items), sent))
         except OSError as exc:
             self.close()
             raise DeviceError(f"{self._where()} closed the connection: {exc.strerror or exc}") from exc

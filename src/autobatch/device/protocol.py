@@ -6,11 +6,15 @@ order they were sent (a context runs its jobs one after another), so a client
 may send several before reading (an open-loop co-tenant does)::
 
     client: HELLO autobatch-device/1 emulated_accelerator_0_0
-    device: READY gpu0 timeslice
-    client: RUN 1 12.96 8          # job id, work in ms of the device alone, items in the batch
+    device: READY gpu0 timeslice 8812.402117   # its CLOCK_MONOTONIC reading, s
+    client: RUN 1 12.96 8 8813.905011   # job id, work ms of the device alone, items, sent at
     device: DONE 1 1503.211 1503.211 1516.171   # submitted, started, finished (device clock, ms)
     client: RUN 2 -3 1
     device: FAIL 2 work_ms = -3.0: must be a number > 0
+
+A client whose clock read the READY's between sending HELLO and reading READY
+shares the device's clock (one machine) and stamps each RUN with when it sent it
+(optional field): the device starts it from then, not from when the line came.
 
 A malformed line or a refused HELLO gets ``ERROR <message>`` and the connection
 closes. Text, not a binary format: a job is milliseconds of emulated work, and
@@ -96,8 +100,9 @@ def hello(context: str) -> bytes:
     return f"HELLO {PROTOCOL} {context}\n".encode()
 
 
-def run(job: int, work_ms: float, items: int) -> bytes:
-    return f"RUN {job} {work_ms!r} {items}\n".encode()
+def run(job: int, work_ms: float, items: int, sent_s: float | None = None) -> bytes:
+    at = "" if sent_s is None else f" {sent_s:.6f}"
+    return f"RUN {job} {work_ms!r} {items}{at}\n".encode()
 
 
 def done(job: int, submitted_ms: float, started_ms: float, finished_ms: float) -> bytes:
@@ -112,8 +117,21 @@ def error(message: str) -> bytes:
     return f"ERROR {_one_line(message)}\n".encode()
 
 
-def ready(name: str, policy: str) -> bytes:
-    return f"READY {name} {policy}\n".encode()
+def ready(name: str, policy: str, clock_s: float) -> bytes:
+    return f"READY {name} {policy} {clock_s:.6f}\n".encode()
+
+
+def parse_ready(rest: str) -> tuple[str, str, float | None]:
+    """(name, policy, clock_s) of what follows READY; a device that sends no clock reading
+    gives None (its clients then send no instants)."""
+    parts = rest.split()
+    if len(parts) not in (2, 3):
+        raise ValueError(f"malformed READY line from the device: {rest[:80]!r}")
+    try:
+        clock = float(parts[2]) if len(parts) == 3 else None
+    except ValueError:
+        raise ValueError(f"malformed READY line from the device: {rest[:80]!r}") from None
+    return parts[0], parts[1], clock
 
 
 def _one_line(text: str) -> str:
@@ -133,20 +151,24 @@ def parse_hello(line: str) -> str:
         raise ValueError(str(exc)) from None
 
 
-def parse_run(line: str) -> tuple[int, float, int]:
-    """(job, work_ms, items) of a RUN line; ValueError naming what is wrong otherwise.
-    A ``work_ms`` that parses but is not > 0 comes back as is: the device refuses that job
-    alone (FAIL), the connection stays."""
+def parse_run(line: str) -> tuple[int, float, int, float | None]:
+    """(job, work_ms, items, sent_s) of a RUN line (``sent_s`` None where the client sent no
+    instant); ValueError naming what is wrong otherwise. A ``work_ms`` that parses but is
+    not > 0 comes back as is: the device refuses that job alone (FAIL), the connection stays."""
     parts = line.split()
-    if len(parts) != 4 or parts[0] != "RUN":
-        raise ValueError(f"expected 'RUN JOB WORK_MS ITEMS', got {line[:80]!r}")
+    if len(parts) not in (4, 5) or parts[0] != "RUN":
+        raise ValueError(f"expected 'RUN JOB WORK_MS ITEMS [SENT_S]', got {line[:80]!r}")
     try:
         job, work_ms, items = int(parts[1]), float(parts[2]), int(parts[3])
+        sent_s = float(parts[4]) if len(parts) == 5 else None
     except ValueError:
-        raise ValueError(f"expected 'RUN JOB WORK_MS ITEMS' with numbers, got {line[:80]!r}") from None
+        raise ValueError(f"expected 'RUN JOB WORK_MS ITEMS [SENT_S]' with numbers, "
+                         f"got {line[:80]!r}") from None
     if items < 1:
         raise ValueError(f"items = {items}: must be >= 1")
-    return job, work_ms, items
+    if sent_s is not None and not math.isfinite(sent_s):
+        raise ValueError(f"sent_s = {parts[4]}: must be a finite number of seconds")
+    return job, work_ms, items, sent_s
 
 
 def work_problem(work_ms: float) -> str | None:

@@ -8,9 +8,13 @@ the lateness alone: the model's virtual time does not slip, so the next job
 starts when it should have. Nothing depends on the CPU's speed except how
 promptly the OS wakes the thread.
 
+A job carries when its client sent it (one machine, one CLOCK_MONOTONIC): on
+an idle device it starts from then, so the way over loopback, a kernel launch's
+microseconds on a GPU, is not device time.
+
 Threads: one accepts connections, one per connection reads its jobs, one runs
-the schedule, and the metrics endpoint serves ``/metrics``, ``/status`` and
-``/healthz``. One lock guards the model; every advance goes through
+the schedule, and the metrics endpoint serves ``/metrics``, ``/status``,
+``/jobs`` and ``/healthz``. One lock guards the model; every advance goes through
 :meth:`DeviceServer._advance`, which also closes the utilisation periods at
 their exact boundaries and sends each completed job's answer.
 """
@@ -30,6 +34,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -60,6 +65,12 @@ IDLE_WAKE_S = 0.5
 """How often an idle scheduler thread looks whether it should stop."""
 RECENT_LATENESS = 1000
 """Answers whose lateness /status summarises (p50/p95/max)."""
+RECENT_JOBS = 2000
+"""Completed jobs ``/jobs`` lists, newest last."""
+MAX_TRANSIT_MS = 1000.0
+"""A sent instant older than this on arrival is no loopback's delay but a garbled line or a
+clock that is not the device's (the client's handshake should have seen that): the arrival
+counts instead."""
 
 
 @dataclass
@@ -131,7 +142,7 @@ class DeviceServer:
     ...     dev.job_address, dev.metrics_url
     """
 
-    def __init__(self, settings: DeviceSettings, *, clock: Callable[[], float] = time.perf_counter,
+    def __init__(self, settings: DeviceSettings, *, clock: Callable[[], float] = time.monotonic,
                  hostname: str | None = None, priority: str = "as started") -> None:
         self.settings = settings
         self.priority = priority
@@ -155,6 +166,8 @@ class DeviceServer:
         self._late_buckets = [0] * (len(LATENESS_BUCKETS_MS) + 1)
         self._late_sum_ms = 0.0
         self._late_recent: deque[float] = deque(maxlen=RECENT_LATENESS)
+        self._jobs_seen = 0
+        self._recent_jobs: deque[tuple[Any, ...]] = deque(maxlen=RECENT_JOBS)
         self._labels = dcgm_labels(settings.name, hostname)
         self._listener: socket.socket | None = None
         self._http: ThreadingHTTPServer | None = None
@@ -238,6 +251,10 @@ class DeviceServer:
             self._busy_at_boundary = busy
             self._next_boundary_ms += self._period_ms
         done += self._sched.advance(now_ms)
+        self._answer(done, now_ms)
+
+    def _answer(self, done: list[Completion], now_ms: float) -> None:
+        """Send each completed job's answer and count how late it went out (lock held)."""
         for c in done:
             conn, job, items = c.job  # type: ignore[misc]
             st = self._stats[c.context]
@@ -248,17 +265,33 @@ class DeviceServer:
             self._late_buckets[bisect.bisect_left(LATENESS_BUCKETS_MS, late)] += 1
             self._late_sum_ms += late
             self._late_recent.append(late)
+            self._jobs_seen += 1
+            self._recent_jobs.append((self._jobs_seen, c.context, items, c.work_ms, c.submitted_ms,
+                                      c.started_ms, c.finished_ms, max(now_ms, c.finished_ms)))
 
-    def _submit(self, conn: _Conn, job: int, work_ms: float, items: int) -> None:
+    def _submit(self, conn: _Conn, job: int, work_ms: float, items: int, sent_s: float | None) -> None:
         with self._cond:
             now = self.now_ms()
             self._advance(now)
             assert conn.context is not None
             key: Hashable = (conn, job, items)
             self._stats.setdefault(conn.context, _Stats())
-            self._sched.submit(now, conn.context, key, work_ms)
+            sent = self._sent_ms(sent_s, now)
+            self._answer(self._sched.submit(now, conn.context, key, work_ms, sent_ms=sent), now)
             self._generation += 1
             self._cond.notify_all()
+
+    def _sent_ms(self, sent_s: float | None, now_ms: float) -> float | None:
+        """A client's sent instant (its CLOCK_MONOTONIC, s) on the model's clock, where it
+        is believable: the way over loopback is not device time (a kernel launch costs
+        microseconds), so a job reaching an idle device starts from then. Never before the
+        utilisation period already reported (lock held)."""
+        if sent_s is None:
+            return None
+        sent = (sent_s - self._t0) * 1000.0
+        if not now_ms - MAX_TRANSIT_MS <= sent <= now_ms + 0.01:  # + the line's rounding
+            return None
+        return max(min(sent, now_ms), self._next_boundary_ms - self._period_ms)
 
     def _schedule_loop(self) -> None:
         with self._cond:
@@ -326,7 +359,7 @@ class DeviceServer:
         with self._cond:
             conn.context = context
             self._connections[context] = self._connections.get(context, 0) + 1
-        conn.send(protocol.ready(self.settings.name, self.settings.sharing.policy.value))
+        conn.send(protocol.ready(self.settings.name, self.settings.sharing.policy.value, self._clock()))
         while conn.open:
             raw = reader.readline(protocol.MAX_LINE + 1)
             if not raw:
@@ -335,7 +368,7 @@ class DeviceServer:
                 conn.send(protocol.error(f"a line longer than {protocol.MAX_LINE} bytes"))
                 return
             try:
-                job, work_ms, items = protocol.parse_run(raw.decode(errors="replace").strip())
+                job, work_ms, items, sent_s = protocol.parse_run(raw.decode(errors="replace").strip())
             except ValueError as exc:
                 conn.send(protocol.error(str(exc)))
                 return
@@ -344,7 +377,7 @@ class DeviceServer:
                 with self._cond:
                     conn.send(protocol.fail(job, problem))
                 continue
-            self._submit(conn, job, work_ms, items)
+            self._submit(conn, job, work_ms, items, sent_s)
 
     # -- what it reports -------------------------------------------------------------------
     def snapshot(self) -> DeviceSnapshot:
@@ -361,6 +394,15 @@ class DeviceServer:
             return DeviceSnapshot(self.settings.name, self.settings.sharing.to_dict(), now,
                                   usage.busy_ms, self._period_ms, self._last_util, contexts, lateness,
                                   self.priority)
+
+    def recent_jobs(self, after: int = 0) -> list[dict[str, Any]]:
+        """The last completed jobs (up to :data:`RECENT_JOBS`) numbered from 1 since the start,
+        those numbered over ``after``: what each DONE line said, and when it went out."""
+        keys = ("n", "context", "items", "work_ms", "submitted_ms", "started_ms", "finished_ms",
+                "answered_ms")
+        with self._cond:
+            rows = [r for r in self._recent_jobs if r[0] > after]
+        return [dict(zip(keys, r, strict=True)) for r in rows]
 
     def metrics_text(self) -> bytes:
         snap = self.snapshot()
@@ -408,10 +450,17 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/status":
             body = json.dumps(self.device.snapshot().to_dict()).encode()
             self._reply(200, body, "application/json")
+        elif path == "/jobs":
+            after = parse_qs(urlsplit(self.path).query).get("after", ["0"])[0]
+            if not after.isdigit():
+                self._reply(400, f"after = {after!r}: must be a job number >= 0\n".encode(), "text/plain")
+                return
+            body = json.dumps({"jobs": self.device.recent_jobs(int(after))}).encode()
+            self._reply(200, body, "application/json")
         elif path == "/healthz":
             self._reply(200, b"ok\n", "text/plain")
         else:
-            self._reply(404, b"not found: /metrics, /status or /healthz\n", "text/plain")
+            self._reply(404, b"not found: /metrics, /status, /jobs or /healthz\n", "text/plain")
 
     def _reply(self, code: int, body: bytes, kind: str) -> None:
         self.send_response(code)

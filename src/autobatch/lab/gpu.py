@@ -61,6 +61,11 @@ class DeviceProcess(Server):
         return f"http://{self.settings.metrics}/status"
 
     @property
+    def jobs_url(self) -> str:
+        """The last completed jobs as the device answered them (``?after=N``: numbered over N)."""
+        return f"http://{self.settings.metrics}/jobs"
+
+    @property
     def log_path(self) -> Path:
         assert self._log_path is not None, "not started"
         return self._log_path
