@@ -78,6 +78,7 @@ def accuracy() -> str:
         lines.append(f"| {b} | {d['curve_ms'][b]:.2f} | " + " | ".join(cells) + " |")
     lines.append("| median \\|error\\| | | " + " | ".join(
         f"**{r['median_abs_error_pct']:.1f}%**" for r in modes.values()) + " |")
+    lines += _own_times(d)
     lines.append("")
     for m in ("device-idle", "device-loaded"):
         r = modes[m]
@@ -85,9 +86,29 @@ def accuracy() -> str:
             f"; the device itself answered {r['lateness_mean_ms']:.3f} ms after each job's exact "
             f"completion time on average ({r['jobs']} jobs)")
         lines.append(f"- {NAMES[m]}: {_verdict(r['median_abs_error_pct'], d['target_pct'], '%')}{late}.")
+    judged = f"The target is judged on {d['judged_on']}. " if "judged_on" in d else ""
     lines += ["", f"{d['curve']}, {d['repeats'] * d['blocks']} batches a size and mode, the device at "
-                  f"priority {d.get('priority', '?')}. " + _source(doc)]
+                  f"priority {d.get('priority', '?')}. {judged}" + _source(doc)]
     return "\n".join(lines)
+
+
+def _own_times(d: dict[str, Any]) -> list[str]:
+    """The device's own batch times beside the table (runs from 2026-12-02 13:00 have them)."""
+    own = {m: r["own"] for m, r in d["modes"].items() if "own" in r}
+    if not own:
+        return []
+    lines = ["", "The device's own batch times, from what it answered (median; reported, not judged): "
+                 "`finished - started` on its model clock | `answered - started`, with the answer's delay:",
+             "", "| batch | curve ms | " + " | ".join(NAMES.get(m, m) for m in own) + " |",
+             "|---|---|" + "---|" * len(own)]
+    for b in map(str, d["sizes"]):
+        cells = [f"{o['device_ms']['median_ms'][b]:.3f} \\| {o['answered_ms']['median_ms'][b]:.3f} "
+                 f"({o['answered_ms']['error_pct'][b]:+.2f}%)" for o in own.values()]
+        lines.append(f"| {b} | {d['curve_ms'][b]:.2f} | " + " | ".join(cells) + " |")
+    lines.append("| median \\|error\\| | | " + " | ".join(
+        f"{o['device_ms']['median_abs_error_pct']:.2f}% \\| {o['answered_ms']['median_abs_error_pct']:.2f}%"
+        for o in own.values()) + " |")
+    return lines
 
 
 def timeslice() -> str:
