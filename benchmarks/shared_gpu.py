@@ -74,10 +74,11 @@ RELOAD_ONLY = ("efficiency.max_busy", "efficiency.max_p95", "efficiency.max_load
 devices): a gateway shifts traffic between warm variants, so its controller runs without them."""
 
 
-def without_reload_guards(policy: dict[str, Any]) -> dict[str, Any]:
-    """``policy`` (a sidecar config's section) without :data:`RELOAD_ONLY`, flat or grouped."""
+def without_reload_guards(policy: dict[str, Any], drops: tuple[str, ...] = RELOAD_ONLY) -> dict[str, Any]:
+    """``policy`` (a sidecar config's section) without the ``group.field`` settings in ``drops``
+    (:data:`RELOAD_ONLY`), written flat or grouped."""
     out = dict(policy)
-    for key in RELOAD_ONLY:
+    for key in drops:
         group, name = key.split(".")
         out.pop(f"{group}_{name}", None)
         if isinstance(out.get(group), dict):

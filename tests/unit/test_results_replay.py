@@ -29,10 +29,13 @@ from autobatch.config import load_yaml
 from autobatch.controller.config import sidecar_config_from_mapping
 from autobatch.plan.replay import parse_trace, replay
 
+from ..conftest import load_benchmark
+
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "closed_loop"
 REACTION = ROOT / "benchmarks" / "results" / "reaction"
 EXAMPLES = ROOT / "examples"
+shared_gpu = load_benchmark("shared_gpu")
 CONFIGS = {"reload": EXAMPLES / "sidecar.yaml", "gateway": EXAMPLES / "sidecar-gateway.yaml"}
 
 
@@ -161,17 +164,6 @@ def _shared_logs() -> list[tuple[str, str, str, tuple[str, ...]]]:
     return out
 
 
-def _without(policy: dict, drops: tuple[str, ...]) -> dict:
-    """``policy`` without the ``group.field`` names in ``drops``, written flat or grouped."""
-    out = dict(policy)
-    for key in drops:
-        group, name = key.split(".")
-        out.pop(f"{group}_{name}", None)
-        if isinstance(out.get(group), dict):
-            out[group] = {k: v for k, v in out[group].items() if k != name}
-    return out
-
-
 @pytest.mark.parametrize(("name", "config", "sets", "drops"), _shared_logs())
 def test_the_shared_gpu_logs_replay_through_the_config_they_ran(name: str, config: str, sets: str,
                                                                 drops: tuple[str, ...]) -> None:
@@ -179,7 +171,7 @@ def test_the_shared_gpu_logs_replay_through_the_config_they_ran(name: str, confi
     assert path.is_file(), f"{path} is missing: benchmarks/shared_gpu.py saves it beside its result"
     example = ROOT / config
     data = dict(load_yaml(example))
-    data["policy"] = _without(dict(data.get("policy") or {}), drops)
+    data["policy"] = shared_gpu.without_reload_guards(dict(data.get("policy") or {}), drops)
     for item in filter(None, sets.split(",")):  # a variant: its settings as shared_gpu.py set them
         key, _, value = item.partition("=")
         *path_, last = key.split(".")
