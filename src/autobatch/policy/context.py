@@ -28,7 +28,7 @@ from autobatch.policy.settings import PolicySettings
 from autobatch.policy.types import Observation, State
 from autobatch.profiles import Profile
 
-__all__ = ["EPS", "Context", "Saving", "build_context", "demand_rps", "window_signals"]
+__all__ = ["EPS", "Context", "Saving", "build_context", "demand_rps", "steady_load", "window_signals"]
 
 EPS = 1e-9
 """Float comparisons of rates and times allow this much."""
@@ -260,7 +260,7 @@ def build_context(history: Sequence[Observation], state: State, settings: Policy
     curve = merged_curve(history, s.curve)
     demand = demand_rps(w)
     stretch = device_stretch(w)
-    if learn:
+    if learn and steady_load(history, s.capacity.learn_max_step):
         state = _remember_device(state, w, s.ladder[current], demand, curve, s)
     made_at = max(demand, demand_rps(history[-2])) if len(history) > 1 else demand
     trusted = state.last_switch_s is None or w.start_s >= state.last_switch_s + s.trust.p95_settle_s
@@ -284,6 +284,22 @@ def build_context(history: Sequence[Observation], state: State, settings: Policy
 def demand_rps(w: Observation) -> float:
     """What the profile must carry: the arrivals, or the completions while a backlog drains."""
     return max(w.arrival_rps, w.inference_rps)
+
+
+def steady_load(history: Sequence[Observation], max_step: float | None) -> bool:
+    """Whether the last window's demand is within ``max_step`` x the previous window's, either
+    way (None: not judged, True). The first window, or one after a window that carried
+    nothing, is not: the load began within it, so its mean rate understates the rate its
+    batches formed at (the demo of 2026-12-02 13:30 learned the default 0.40x its estimate
+    from half a window at 150/s read as 67/s)."""
+    if max_step is None:
+        return True
+    if len(history) < 2:
+        return False
+    now, before = demand_rps(history[-1]), demand_rps(history[-2])
+    if before <= 0 or now <= 0:
+        return False
+    return max(now, before) <= max_step * min(now, before) + EPS
 
 
 def merged_curve(history: Sequence[Observation], prior: BatchCurve | None) -> BatchCurve | None:

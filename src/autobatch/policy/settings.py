@@ -178,10 +178,17 @@ class CapacitySettings:
     capacity; the last one above it sets the live factor."""
     device_alpha: float = 0.5
     """The newest window's weight in the device time each profile is remembered to cost."""
+    learn_max_step: float | None = None
+    """Learn what a profile costs only from a window whose demand is within this factor of the
+    previous window's, never from the first window or one after a window that carried
+    nothing: the load changed within it, so its mean rate is not the rate its batches formed
+    at (None: learn from every window; docs/policy.md, "Learning at a steady load")."""
 
     def __post_init__(self) -> None:
         _fraction("capacity.busy_ceiling", self.busy_ceiling, zero=False)
         _fraction("capacity.device_alpha", self.device_alpha, zero=False)
+        if self.learn_max_step is not None and not self.learn_max_step > 1.0:
+            raise ValueError("capacity.learn_max_step must be above 1")
 
 
 @dataclass(frozen=True)
@@ -262,7 +269,7 @@ _RENAMED = {
 
 GROUPED_ONLY = {"device"}
 """Groups added after the flat names were retired: they have none."""
-FIELDS_GROUPED_ONLY = {("efficiency", "max_load")}
+FIELDS_GROUPED_ONLY = {("efficiency", "max_load"), ("capacity", "learn_max_step")}
 """Fields added to older groups after the flat names were retired: they have none either."""
 
 FLAT: dict[str, tuple[str, str]] = {

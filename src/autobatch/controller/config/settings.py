@@ -65,6 +65,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "policy.capacity.busy_ceiling": (0.0, 1.0),
     "policy.capacity.live_min_busy": (0.0, 1.0),
     "policy.capacity.device_alpha": (0.0, 1.0),
+    "policy.capacity.learn_max_step": (1.0, 1_000.0),
     "policy.forecast.windows": (3, 1_000),
     "policy.forecast.alpha": (0.0, 1.0),
     "policy.forecast.beta": (0.0, 1.0),
