@@ -29,7 +29,7 @@ from autobatch.device import protocol
 from autobatch.device.protocol import Address, Done, check_context, parse_address
 from autobatch.errors import DeviceError
 
-__all__ = ["DeviceClient", "DeviceInfo", "check_device"]
+__all__ = ["DeviceClient", "DeviceInfo", "check_device", "next_read"]
 
 CONNECT_TIMEOUT_S = 2.0
 """Long enough for a device on a loaded machine to accept; short enough that a model load
@@ -45,6 +45,9 @@ than busy). CUDA's default wait on a GPU spins likewise (``cudaDeviceScheduleAut
 SPIN_LIMIT_S = 0.001
 """How long past that earliest completion it keeps polling before it reads blocking again: a
 job stretched by other contexts ends later, and a spinning client would take their core."""
+TIMEOUT_GRAIN_S = 0.001
+"""A socket's timeout waits whole milliseconds, rounded up (CPython's ``poll()``): a read
+before the poll is given this much less than the way there, and the rest is slept exactly."""
 
 
 @dataclass(frozen=True)
@@ -202,13 +205,15 @@ class DeviceClient:
             if left <= 0:
                 raise DeviceError(f"{self._where()} did not answer within "
                                   f"{limit_s:g} s: it may be stopped or hung", timed_out=True)
-            spin_from = math.inf if due_s is None else due_s - SPIN_S
-            polling = spin_from <= now < spin_from + SPIN_S + SPIN_LIMIT_S
-            sock.settimeout(0.0 if polling else min(left, spin_from - now) if now < spin_from else left)
+            how, wait_s = next_read(now, deadline, due_s)
+            if how == "sleep":
+                time.sleep(wait_s)
+                continue
+            sock.settimeout(wait_s)
             try:
                 chunk = sock.recv(65536)
             except (TimeoutError, BlockingIOError):
-                if polling:
+                if how == "poll":
                     time.sleep(0)  # lets the other threads of this process run
                 continue
             except OSError as exc:
@@ -222,6 +227,23 @@ class DeviceClient:
         sock.settimeout(self.timeout_s)  # not left non-blocking for the next sendall
         line, _, self._buf = self._buf.partition(b"\n")
         return line.decode(errors="replace").strip()
+
+
+def next_read(now_s: float, deadline_s: float, due_s: float | None) -> tuple[str, float]:
+    """How :meth:`DeviceClient.wait` waits next, at ``now_s`` (before ``deadline_s``), for an
+    answer that cannot come before ``due_s`` (None: unknown): ``("poll", 0.0)``, a read that
+    does not block; ``("read", s)``, a read blocking at most ``s``; ``("sleep", s)``, a sleep of
+    exactly ``s``, where a read would overshoot the poll's start (:data:`TIMEOUT_GRAIN_S`)."""
+    left = deadline_s - now_s
+    spin_from = math.inf if due_s is None else due_s - SPIN_S
+    if spin_from <= now_s < spin_from + SPIN_S + SPIN_LIMIT_S:
+        return "poll", 0.0
+    until = spin_from - now_s
+    if until <= 0 or left <= until:
+        return "read", left
+    if until <= TIMEOUT_GRAIN_S:
+        return "sleep", until  # no answer comes meanwhile, only a refusal: read right after
+    return "read", until - TIMEOUT_GRAIN_S
 
 
 def check_device(address: str, *, timeout_s: float = CONNECT_TIMEOUT_S) -> DeviceInfo:
