@@ -14,7 +14,6 @@ why, not the figure. ``tests/unit/test_device_docs.py`` runs the check.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from collections.abc import Callable
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record import fill_blocks, sync_blocks  # noqa: E402
+from record import fill_blocks, saved, sync_blocks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -34,12 +33,7 @@ class NotRun(Exception):
 
 
 def _saved(benchmark: str, where: Callable[[dict[str, Any]], bool] = lambda d: True) -> dict[str, Any]:
-    docs = []
-    for path in sorted((RESULTS / benchmark).glob("*.json")):
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        if where(doc):
-            doc["_file"] = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
-            docs.append(doc)
+    docs = [d for d in saved(RESULTS / benchmark) if where(d)]
     if not docs:
         raise NotRun(f"No saved run yet: `.venv/bin/python benchmarks/{benchmark}.py`.")
     return max(docs, key=lambda d: d["date"])

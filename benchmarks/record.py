@@ -122,6 +122,19 @@ def save_result(benchmark: str, data: Any, rows: Sequence[dict[str, Any]] = (),
     return path
 
 
+def saved(folder: str | Path) -> list[dict[str, Any]]:
+    """Every saved result in ``folder`` (a benchmark's name under ``results/``, or a
+    directory), oldest first by file name, each with ``_file``: its path from the project
+    root where it lies under it."""
+    where = RESULTS / folder if isinstance(folder, str) else folder
+    docs = []
+    for path in sorted(where.glob("*.json")):
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc["_file"] = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+        docs.append(doc)
+    return docs
+
+
 def save_logs(result: Path, logs: Mapping[str, bytes]) -> None:
     """The run's decision logs beside its result: ``logs/<result stem>-<name>.jsonl.gz``
     (``autobatch replay`` reads them gunzipped; tests/unit/test_results_replay.py replays

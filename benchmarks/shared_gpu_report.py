@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from collections.abc import Mapping, Sequence
@@ -206,10 +205,10 @@ BLOCK = "shared-gpu-runs"
 
 def newest_runs(results: Path = RESULTS) -> list[dict[str, Any]]:
     """The newest saved result of each command line, oldest first (each its ``_file``)."""
+    from record import saved
+
     by_cmd: dict[str, dict[str, Any]] = {}
-    for f in sorted(results.glob("*.json")):
-        doc = json.loads(f.read_text(encoding="utf-8"))
-        doc["_file"] = str(f.relative_to(ROOT))
+    for doc in saved(results):
         by_cmd[doc["command"]] = doc
     return sorted(by_cmd.values(), key=lambda d: d["date"])
 

@@ -30,13 +30,12 @@ fails on a stale or hand-edited table.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record import RESULTS, row, save_result, sync_blocks  # noqa: E402
+from record import RESULTS, row, save_result, saved, sync_blocks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CURVE = ROOT / "curves" / "t4-resnet50-fp16.yaml"
@@ -117,12 +116,10 @@ def run(duration_s: float, sweep_points: int, sweep_requests: int, seed: int) ->
 
 
 def newest() -> dict[str, Any]:
-    files = sorted((RESULTS / NAME).glob("*.json"))
-    if not files:
+    docs = saved(NAME)
+    if not docs:
         raise SystemExit(f"no saved run under {RESULTS / NAME}: run benchmarks/shared_plan.py first")
-    doc = json.loads(files[-1].read_text(encoding="utf-8"))
-    doc["_file"] = str(files[-1].relative_to(ROOT))
-    return doc
+    return docs[-1]
 
 
 def _cell(f: dict[str, Any]) -> str:
