@@ -85,6 +85,26 @@ def test_port_in_use_is_a_one_line_error():
     assert "already in use" in err and "--http-port" in err
 
 
+def test_free_ports_taken_before_the_start_are_picked_again(monkeypatch):
+    # A port handed out by on_free_ports, then taken by another process before Triton binds
+    # it (here: before the start's own check), gives the server new ports, not an error.
+    import autobatch.lab.serve as serve
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        taken = s.getsockname()[1]
+        real = serve.free_port
+        first = iter([taken])
+        monkeypatch.setattr(serve, "free_port", lambda host="127.0.0.1": next(first, None) or real(host))
+        server = TritonServer.on_free_ports(REPOSITORY, models=[])
+        assert taken in (server.urls.http_port, server.urls.grpc_port, server.urls.metrics_port)
+        with server:
+            ports = (server.urls.http_port, server.urls.grpc_port, server.urls.metrics_port)
+            assert taken not in ports
+            assert httpx.get(server.urls.http + "/v2/health/ready", timeout=5).status_code == 200
+
+
 def test_missing_repository_is_a_one_line_error(tmp_path):
     missing = tmp_path / "nope"
     with pytest.raises(ConfigError, match="model repository not found"):

@@ -123,6 +123,11 @@ def free_port(host: str = "127.0.0.1") -> int:
                      f"in {FREE_PORT_TRIES} tries")
 
 
+PORT_TRIES = 3
+"""Starts of a server on :meth:`TritonServer.on_free_ports`: a port another process took
+between the pick and Triton's bind (an outgoing connection's ephemeral port, another test
+worker's server) gets the server new ports, this many times in all."""
+
 PORT_RULE = "must be a port number 1-65535 (or 0: a free one)"
 
 
@@ -285,20 +290,31 @@ class TritonServer(Server):
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._log_path = Path(log_path) if log_path else None
         self._proc: ManagedProcess | None = None
+        self._repick = False
+        """Ports of :meth:`on_free_ports`: on one taken meanwhile, :meth:`start` picks others."""
+
+    @staticmethod
+    def _three_free_ports(host: str = "127.0.0.1") -> tuple[int, int, int]:
+        ports: set[int] = set()
+        while len(ports) < 3:
+            ports.add(free_port(host))
+        http_port, grpc_port, metrics_port = sorted(ports)
+        return http_port, grpc_port, metrics_port
 
     @classmethod
     def on_free_ports(cls, repository: str | Path | None = None, **kwargs: Any) -> TritonServer:
-        ports = set()
-        while len(ports) < 3:
-            ports.add(free_port())
-        http_port, grpc_port, metrics_port = sorted(ports)
-        return cls(
+        """A server on three free ports; if another process takes one before Triton binds
+        it, :meth:`start` tries new ones (:data:`PORT_TRIES` starts in all)."""
+        http_port, grpc_port, metrics_port = cls._three_free_ports(kwargs.get("host", "127.0.0.1"))
+        server = cls(
             repository,
             http_port=http_port,
             grpc_port=grpc_port,
             metrics_port=metrics_port,
             **kwargs,
         )
+        server._repick = True
+        return server
 
     # -- lifecycle ------------------------------------------------------------------
     @property
@@ -373,6 +389,16 @@ class TritonServer(Server):
         return models
 
     def start(self) -> TritonServer:
+        for attempt in range(PORT_TRIES if self._repick else 1):
+            try:
+                return self._start()
+            except ServeError as exc:
+                if not self._repick or "already in use" not in str(exc) or attempt == PORT_TRIES - 1:
+                    raise
+                self.urls = TritonUrls(self.urls.host, *self._three_free_ports(self.urls.host))
+        raise AssertionError("unreachable")
+
+    def _start(self) -> TritonServer:
         if self.running():
             return self
         models = self._check_inputs()

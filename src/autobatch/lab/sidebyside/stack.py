@@ -25,7 +25,6 @@ from autobatch.controller.config import sidecar_config_from_mapping
 from autobatch.curve import BatchCurve
 from autobatch.device.protocol import Address
 from autobatch.device.settings import DeviceSettings
-from autobatch.errors import ServeError
 from autobatch.lab.closed_loop import SidecarProcess
 from autobatch.lab.gpu import DeviceProcess, emulated_repository
 from autobatch.lab.haproxy import HAProxyProcess, http_rewrite_config
@@ -154,20 +153,11 @@ class ModeStack:
         return out, f"http://{listen}"
 
 
-PORT_TRIES = 3
-
-
 def _triton(repo: Path, workdir: Path, stack: contextlib.ExitStack) -> TritonServer:
-    """A Triton on free ports, started; another try on new ports when one was taken meanwhile
-    (other people's servers start on this machine too)."""
-    for attempt in range(PORT_TRIES):
-        try:
-            return stack.enter_context(TritonServer.on_free_ports(
-                repo, models=[], log_path=workdir / "tritonserver.log", startup_timeout_s=300))
-        except ServeError as exc:
-            if "already in use" not in str(exc) or attempt == PORT_TRIES - 1:
-                raise
-    raise AssertionError("unreachable")
+    """A Triton on free ports, started (new ones if one was taken meanwhile: other
+    people's servers start on this machine too)."""
+    return stack.enter_context(TritonServer.on_free_ports(
+        repo, models=[], log_path=workdir / "tritonserver.log", startup_timeout_s=300))
 
 
 def _absolute(section: Mapping[str, Any], key: str, here: Path) -> dict[str, Any]:
