@@ -57,9 +57,10 @@ from autobatch.signals.parse import failure_reasons
 
 __all__ = ["load_sidecar_config", "parse_listen", "sidecar_config_from_mapping"]
 
-_EXCLUSIVE_ZERO = {"slo.p95_ms", "slo.p99_ms", "policy.trust.max_window_age_s", "signals.range_s",
-                   "signals.timeout_s", "actuator.timeout_s", "server.request_timeout_s"}
-_EXCLUSIVE_ONE = {"policy.capacity.learn_max_step"}  # a factor that must exceed 1
+_EXCLUSIVE_MIN = {"slo.p95_ms", "slo.p99_ms", "policy.trust.max_window_age_s", "signals.range_s",
+                  "signals.timeout_s", "actuator.timeout_s", "server.request_timeout_s",
+                  "policy.capacity.learn_max_step"}
+"""Paths whose value must lie above, not at, the low end of their RANGES entry."""
 
 
 def _path(base: Path, value: str | None) -> Path | None:
@@ -123,8 +124,7 @@ def _bounded(sec: Section, key: str, default: Any, *, canonical: str | None = No
     lo, hi = RANGES[path]
     if isinstance(lo, int) and isinstance(hi, int):
         return sec.int(key, default, min=lo, max=hi)
-    exclusive = (path in _EXCLUSIVE_ZERO and lo == 0.0) or (path in _EXCLUSIVE_ONE and lo == 1.0)
-    return sec.float(key, default, min=lo, max=hi, min_exclusive=exclusive)
+    return sec.float(key, default, min=lo, max=hi, min_exclusive=path in _EXCLUSIVE_MIN)
 
 
 # -- one parser per settings group ------------------------------------------------------
