@@ -12,6 +12,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from autobatch.lab.sidebyside.layout import statics_of
+
 __all__ = ["cotenant_figures", "headroom", "headroom_line", "merged_modes", "print_comparison", "rows_for",
            "verdict_line"]
 
@@ -28,15 +30,16 @@ BESIDE = "triton-default beside the controllers"
 baseline of the controllers' ratios, shown so the groups' conditions can be compared."""
 
 
-def merged_modes(run: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """One repeat's modes by name: each from its group; Triton's default from the last group
-    holding it (beside the other static profiles, as the verdicts take it), and the
-    controllers' own default as :data:`BESIDE` when that was another group."""
+def merged_modes(run: Mapping[str, Any], kinds: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    """One repeat's modes by name, in the order they ran: each controller from its group, the
+    statics as the verdicts take them (:func:`~autobatch.lab.sidebyside.layout.statics_of`),
+    and the controllers' own default as :data:`BESIDE` when the statics ran in another group."""
     out: dict[str, dict[str, Any]] = {}
     for g in run["groups"]:
         if len(run["groups"]) > 1 and set(CONTROLLERS) & set(g["modes"]):  # variants run beside these
             out[BESIDE] = g["modes"]["triton-default"]
         out.update(g["modes"])
+    out.update(statics_of(run["groups"], set(kinds or CONTROLLERS)))
     return out
 
 
@@ -50,7 +53,7 @@ def _measured(r: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def phase_table(result: Mapping[str, Any]) -> Table:
-    runs = [merged_modes(r) for r in result["runs"]]
+    runs = [merged_modes(r, result.get("controllers")) for r in result["runs"]]
     modes = list(runs[0])
     t = Table(title=f"{result['schedule']}: share over the SLO ({result['slo_p95_ms']:g} ms) / p95 ms / "
               f"device ms per request [profile in force], medians of {len(runs)} run(s)")
@@ -110,7 +113,7 @@ def cotenant_figures(result: Mapping[str, Any]) -> dict[str, dict[str, float | N
     """Per mode: the co-tenants' items a second (summed over jobs) and their worst p95 ms,
     medians over the repeats."""
     out: dict[str, dict[str, float | None]] = {}
-    runs = [merged_modes(r) for r in result["runs"]]
+    runs = [merged_modes(r, result.get("controllers")) for r in result["runs"]]
     for m in runs[0]:
         if m == BESIDE:
             continue

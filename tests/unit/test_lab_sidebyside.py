@@ -21,6 +21,7 @@ from autobatch.lab.sidebyside.layout import (
     group_modes,
     modes_for,
     placed_cotenants,
+    statics_of,
     with_lead_in,
 )
 from autobatch.lab.sidebyside.readings import DeviceReading, device_figures, parse_device_metrics
@@ -83,6 +84,36 @@ def test_a_group_needs_the_baseline_and_room_for_one_more() -> None:
         group_modes(modes_for(LADDER, LADDER[0], LADDER[0]), 1)
     with pytest.raises(ConfigError, match="triton-default must be one of them"):
         group_modes([ModeSpec("reload", "reload", LADDER[0])], 3)
+
+
+def ran(*groups: list[str]) -> list[dict[str, Any]]:
+    """Groups as a repeat ran them: each mode's result says which group it came from."""
+    return [{"modes": {m: {"group": i} for m in g}} for i, g in enumerate(groups)]
+
+
+CTRL = ["triton-default", "reload", "gateway"]
+STAT = ["triton-default", "balanced", "aggressive"]
+
+
+@pytest.mark.parametrize(
+    ("groups", "want"),
+    [
+        # The groups rotate per repeat: the default comes from the statics' group either way.
+        (ran(CTRL, STAT), {"triton-default": 1, "balanced": 1, "aggressive": 1}),
+        (ran(STAT, CTRL), {"triton-default": 0, "balanced": 0, "aggressive": 0}),
+        # Two groups of statics as large: the later of the two.
+        (ran(["triton-default", "reload"], ["triton-default", "balanced"], ["triton-default", "aggressive"]),
+         {"triton-default": 2, "balanced": 1, "aggressive": 2}),
+        (ran(["triton-default", "aggressive"], ["triton-default", "balanced"], ["triton-default", "reload"]),
+         {"triton-default": 1, "balanced": 1, "aggressive": 0}),
+        # One group: everything from it.
+        (ran(CTRL + ["balanced"]), {"triton-default": 0, "balanced": 0}),
+    ],
+)
+def test_the_statics_come_from_the_group_they_ran_in_together(groups: list[dict[str, Any]],
+                                                              want: dict[str, int]) -> None:
+    got = statics_of(groups, {"reload", "gateway"})
+    assert {name: r["group"] for name, r in got.items()} == want
 
 
 SCHEDULE = Schedule((Phase("alone", 150, 30, cotenants=0), Phase("shared", 150, 30, cotenants=2),

@@ -6,7 +6,7 @@ front, and the co-tenant jobs as the worker processes receive them (JSON).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ __all__ = [
     "group_modes",
     "modes_for",
     "placed_cotenants",
+    "statics_of",
     "with_lead_in",
 ]
 
@@ -95,6 +96,23 @@ def group_modes(modes: Sequence[ModeSpec], size: int) -> list[list[ModeSpec]]:
         return [list(modes)]
     rest = [m for m in modes if m.controller] + [m for m in modes if not m.controller and m is not base]
     return [[base, *rest[i:i + size - 1]] for i in range(0, len(rest), size - 1)]
+
+
+def statics_of(groups: Sequence[Mapping[str, Any]], controllers: Collection[str]) -> dict[str, Any]:
+    """Each static mode's result in one repeat (``groups`` as they ran, each with its
+    ``modes``): from the group that held the most static modes among those holding it, the
+    later of equals. The groups rotate from repeat to repeat, so the order they ran in does
+    not choose: Triton's default is always the one that ran beside the other statics, not
+    the one beside the controllers, whatever group ran last."""
+    best: dict[str, tuple[int, int]] = {}
+    out: dict[str, Any] = {}
+    for i, g in enumerate(groups):
+        statics = [n for n in g["modes"] if n not in controllers]
+        for name in statics:
+            rank = (len(statics), i)
+            if name not in best or rank > best[name]:
+                best[name], out[name] = rank, g["modes"][name]
+    return out
 
 
 def with_lead_in(schedule: Schedule, lead_in_s: float) -> Schedule:

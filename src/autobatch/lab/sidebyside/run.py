@@ -37,6 +37,7 @@ from autobatch.lab.sidebyside.layout import (
     cotenant_to_dict,
     group_modes,
     placed_cotenants,
+    statics_of,
     with_lead_in,
 )
 from autobatch.lab.sidebyside.stack import ModeStack, StackSetup
@@ -234,11 +235,7 @@ def verdicts(cmp: Comparison, groups: Sequence[Mapping[str, Any]]) -> dict[str, 
     jobs = placed_cotenants(cmp.cotenants, schedule, cmp.lead_in_s)
     durations = [p.duration_s for p in cmp.schedule.phases]
     kinds = {m.name: m.kind for m in cmp.modes if m.controller}
-    statics: dict[str, Any] = {}
-    for g in groups:  # the default of the last group with it: beside the other statics
-        for name, r in g["modes"].items():
-            if name not in kinds:
-                statics[name] = whole_run(r)
+    statics = {name: whole_run(r) for name, r in statics_of(groups, kinds).items()}
     out: dict[str, Any] = {"single_static": single_static(statics, durations), "controllers": {},
                            "statics": {m: {"device_ms": r["device_ms"], "over_slo_share": r["over_slo_share"]}
                                        for m, r in statics.items()}}
