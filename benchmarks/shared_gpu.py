@@ -192,7 +192,8 @@ def strip(result: dict[str, Any]) -> tuple[dict[str, Any], dict[str, bytes]]:
     return result, logs
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line, also read back from a saved result (shared_gpu_reverdict.py)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", type=Path, required=True, help="the reload controller's sidecar config")
     ap.add_argument("--gateway-config", type=Path, default=None)
@@ -213,7 +214,11 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, default=None, help="keep every server's log here")
     ap.add_argument("--no-save", action="store_true")
     ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = parser().parse_args()
     console = Console(stderr=args.json, width=200)
     tmp = Path(tempfile.mkdtemp(prefix="ab-shared-gpu-"))
     try:

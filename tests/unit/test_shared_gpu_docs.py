@@ -59,3 +59,26 @@ def test_the_gateway_runs_without_the_reload_only_guards(tmp_path: Path) -> None
     assert out["policy"]["efficiency"] == {"headroom": 0.6}  # the reload's other settings stay
     assert "efficiency_max_p95" not in out["policy"] and out["policy"]["stability"] == {"confirmations": 2}
     assert set(bench.RELOAD_ONLY) == {"efficiency.max_busy", "efficiency.max_p95", "efficiency.max_load"}
+
+
+def test_every_saved_runs_verdicts_are_what_the_code_computes_from_its_measurements() -> None:
+    """The verdicts are recomputed from the saved phases and decision logs (a changed judge
+    is applied with benchmarks/shared_gpu_reverdict.py); a result the code would judge
+    otherwise is stale."""
+    reverdict = load_benchmark("shared_gpu_reverdict")
+    for path in sorted((ROOT / "benchmarks" / "results" / "shared_gpu").glob("*.json")):
+        doc, changed = reverdict.reverdict(path)
+        assert not changed, f"run benchmarks/shared_gpu_reverdict.py {path.name}: {changed[:3]}"
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        assert [r["figure"] for r in doc["rows"]] == [r["figure"] for r in saved["rows"]]
+
+
+def test_a_verdict_changed_by_hand_is_found(tmp_path: Path) -> None:
+    reverdict = load_benchmark("shared_gpu_reverdict")
+    src = ROOT / "benchmarks" / "results" / "shared_gpu" / "20261202-160521.json"
+    (tmp_path / "logs").symlink_to(src.parent / "logs")
+    doc = json.loads(src.read_text(encoding="utf-8"))
+    doc["data"]["runs"][1]["verdicts"]["statics"]["triton-default"]["over_slo_share"] = 0.5
+    (tmp_path / src.name).write_text(json.dumps(doc), encoding="utf-8")
+    _, changed = reverdict.reverdict(tmp_path / src.name)
+    assert changed == ["r1 statics.triton-default.over_slo_share: 0.5 -> 0.00317"]
