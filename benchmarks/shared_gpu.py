@@ -98,6 +98,16 @@ def gateway_config(config: Path, out: Path) -> Path:
     return out
 
 
+def set_dotted(data: dict[str, Any], key: str, value: str) -> None:
+    """Set ``a.b.c`` in ``data`` (copying each mapping on the way) to the YAML ``value``."""
+    *path, last = key.split(".")
+    node = data
+    for k in path:
+        node[k] = dict(node.get(k) or {})
+        node = node[k]
+    node[last] = yaml.safe_load(value)
+
+
 def variant(spec: str, reload: Path, gateway: Path, folder: Path) -> tuple[str, str, Path]:
     """``NAME=KIND[:a.b.c=VALUE,...]``: a controller beside the usual two, its kind's config with
     each dotted key set to the YAML value (e.g. ``policy.efficiency.min_freed_share=0``)."""
@@ -111,12 +121,7 @@ def variant(spec: str, reload: Path, gateway: Path, folder: Path) -> tuple[str, 
         key, eq, value = item.partition("=")
         if not eq:
             raise SystemExit(f"shared_gpu: --variant {spec!r}: {item!r} is not KEY=VALUE")
-        *path, last = key.split(".")
-        node = data
-        for k in path:
-            node[k] = dict(node.get(k) or {})
-            node = node[k]
-        node[last] = yaml.safe_load(value)
+        set_dotted(data, key, value)
     out = folder / f"variant-{name}.yaml"
     out.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return name, kind, out

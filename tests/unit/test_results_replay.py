@@ -23,7 +23,6 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from autobatch.config import load_yaml
 from autobatch.controller.config import sidecar_config_from_mapping
@@ -176,10 +175,5 @@ def test_the_shared_gpu_logs_replay_through_the_config_they_ran(name: str, confi
         key, _, value = item.partition("=")
         if key.startswith("actuator."):  # how it moves (a gateway's steps), not what it decides
             continue
-        *path_, last = key.split(".")
-        node = data
-        for k in path_:
-            node[k] = dict(node.get(k) or {})
-            node = node[k]
-        node[last] = yaml.safe_load(value)
+        shared_gpu.set_dotted(data, key, value)
     _assert_replays(path, data, example)
