@@ -102,8 +102,10 @@ def verdict_line(result: Mapping[str, Any], mode: str) -> str:
     reacts = [x for v in last for x in v["reactions"]]
     react = "no co-tenant arrival" if not reacts else ", ".join(map(_react, reacts)) + " windows"
     worst = med('worst_excess_points', '{:+.1f}')
+    beside = med('worst_beside_default_points', '{:+.1f}')
     return (f"{result['schedule']}: controller by {mode}: worst phase {worst} "
-            f"points over the best static (target {target:g}); device {med('device_vs_default')}x the "
+            f"points over the best static (target {target:g}), {beside} beside its own group's "
+            f"default; device {med('device_vs_default')}x the "
             f"default's (target 0.7x), {med('device_vs_oracle')}x the oracle's (target 1.1x); every static "
             f"loses: {sum(beaten)}/{len(beaten)} runs" + (f" (not: {', '.join(winners)})" if winners else "")
             + f"; reaction to co-tenants: {react}")
@@ -240,7 +242,8 @@ def docs_rows(doc: Mapping[str, Any]) -> list[str]:
         items = "-" if not mine or not base else f"{mine:.0f} ({mine / base:.2f}x)"
         out.append(
             f"| {data['schedule']} | {mode} | {_fig(s.get('worst_excess_points'), '{:+.1f}')} "
-            f"(target {vs[0]['target_points']:g}) | {_fig(s.get('device_vs_default'))} | "
+            f"(target {vs[0]['target_points']:g}) | "
+            f"{_fig(s.get('worst_beside_default_points'), '{:+.1f}')} | {_fig(s.get('device_vs_default'))} | "
             f"{_fig(s.get('device_vs_oracle'))} | {sum(s['every_static_loses'])}/"
             f"{len(s['every_static_loses'])} | {', '.join(sorted(set(single))) or 'none'} "
             f"({len(single)}/{len(data['runs'])}) | {react} | {items} | {_r(h['load_average_max'])} / "
@@ -251,10 +254,11 @@ def docs_rows(doc: Mapping[str, Any]) -> list[str]:
 
 def docs_table(results: Path = RESULTS) -> str:
     lines = [
-        "| schedule | controller | worst phase, points over the best static | device vs default | "
-        "device vs oracle | every static loses | one static is the answer | reaction, windows | "
+        "| schedule | controller | worst phase, points over the best static | the same, beside its "
+        "group's default | device vs default | device vs oracle | every static loses | "
+        "one static is the answer | reaction, windows | "
         "co-tenants' items/s (vs default) | load avg / send lag p99 ms / late share | run, code |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     docs = newest_runs(results)
     for doc in docs:

@@ -101,6 +101,34 @@ def test_a_controller_over_the_slo_target_misses_it_and_every_static_losing_is_s
     assert d["oracle"]["profiles"] == ["waiting", "triton-default", "waiting"]
 
 
+@pytest.mark.parametrize(
+    ("own_default", "beside"),
+    [
+        # the default beside the controller as the statics' default: the verdict's own figures
+        (DEFAULT, (0.0, 4.0, 0.0)),
+        # a group the machine slowed: its default 10 points worse in the shared phase, 1 in low
+        (run((100, 0.01, 12.0), (100, 0.12, 12.0), (100, 0.0, 12.0)), (-1.0, -6.0, 0.0)),
+        # a quieter group flatters the controller: it counts against it here
+        (run((100, 0.0, 12.0), (100, 0.0, 12.0), (100, 0.0, 12.0)), (0.0, 6.0, 0.0)),
+    ],
+)
+def test_beside_its_default_each_share_is_read_against_the_default_of_its_own_group(
+    own_default: dict[str, Any], beside: tuple[float, ...]
+) -> None:
+    ctrl = run((100, 0.0, 2.0), (100, 0.06, 3.0), (100, 0.0, 2.0))
+    v = controller_verdict("gateway", ctrl, STATICS, own_default, DURATIONS, react_s=1.0)
+    assert v.excess_points == pytest.approx((0.0, 4.0, 0.0))  # the verdict does not move
+    assert v.beside_default_points == pytest.approx(beside)
+    assert v.worst_beside_default_points == pytest.approx(max(beside))
+    assert v.to_dict()["beside_default_points"] == pytest.approx(list(beside))
+
+
+def test_beside_its_default_needs_the_default_among_the_statics() -> None:
+    ctrl = run((100, 0.0, 2.0), (100, 0.06, 3.0), (100, 0.0, 2.0))
+    v = controller_verdict("gateway", ctrl, {"waiting": WAITING}, DEFAULT, DURATIONS, react_s=1.0)
+    assert v.beside_default_points == (None, None, None) and v.worst_beside_default_points is None
+
+
 def test_a_single_static_profile_is_the_answer_when_switching_saves_little() -> None:
     calm = run((100, 0.0, 2.0), (100, 0.0, 2.1), (100, 0.0, 2.0))
     assert single_static({"triton-default": DEFAULT, "calm": calm}, DURATIONS) == "calm"

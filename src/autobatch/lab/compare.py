@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 __all__ = [
+    "BASELINE",
     "CONTROLLER_POINTS",
     "DEVICE_VS_DEFAULT",
     "DEVICE_VS_ORACLE",
@@ -57,6 +58,8 @@ SINGLE_STATIC_SAVING = 0.05
 """A static profile within ORACLE_POINTS of the best in every phase is the answer when even
 the oracle (switching at once) would save it less than this share of its device time."""
 EPS = 1e-9
+BASELINE = "triton-default"
+"""The mode every group runs: Triton's default, the baseline of every ratio."""
 
 
 def _served(ph: Mapping[str, Any]) -> bool:
@@ -146,6 +149,13 @@ class ControllerVerdict:
     losers: dict[str, str | None] = field(default_factory=dict)
     """Each static profile -> ``slo`` (some phase over 1 point more over the SLO than the
     controller), ``device`` (more device time per request), or None: it does not lose."""
+    beside_default_points: tuple[float | None, ...] = ()
+    """Per phase, each share taken against the Triton's default that ran beside it: the
+    controller's share less its own group's default's, minus the best static's less the
+    default of the statics' group. Where groups ran at different times this takes out what
+    the machine did to a whole group (it slows the default beside the controller too); it
+    explains a miss and is not the verdict, which is :attr:`excess_points`."""
+    worst_beside_default_points: float | None = None
 
     @property
     def slo_met(self) -> bool | None:
@@ -167,6 +177,7 @@ class ControllerVerdict:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.update(excess_points=list(self.excess_points),
+                 beside_default_points=list(self.beside_default_points),
                  oracle=None if self.oracle is None else self.oracle.to_dict(),
                  slo_met=self.slo_met, device_default_met=self.device_default_met,
                  device_oracle_met=self.device_oracle_met, every_static_loses=self.every_static_loses)
@@ -200,6 +211,8 @@ def controller_verdict(mode: str, ctrl: Mapping[str, Any], statics: Mapping[str,
                    for p, b in zip(ctrl["phases"], best, strict=True))
     judged = [(e, i) for i, e in enumerate(excess) if e is not None]
     worst = max(judged) if judged else None
+    beside = _beside_default(ctrl["phases"], default.get("phases"), statics, best)
+    beside_worst = max((b for b in beside if b is not None), default=None)
     orc = oracle(phases, durations, react_s)
     return ControllerVerdict(
         mode=mode,
@@ -212,7 +225,19 @@ def controller_verdict(mode: str, ctrl: Mapping[str, Any], statics: Mapping[str,
         device_vs_oracle=_ratio(ctrl.get("device_ms"), None if orc is None else orc.device_ms),
         oracle=orc,
         losers={m: _loses(r, ctrl) for m, r in statics.items()},
+        beside_default_points=beside,
+        worst_beside_default_points=beside_worst,
     )
+
+
+def _beside_default(ctrl: Phases, own_default: Phases | None, statics: Mapping[str, Mapping[str, Any]],
+                    best: Sequence[float | None]) -> tuple[float | None, ...]:
+    base = statics.get(BASELINE)
+    if not own_default or base is None:
+        return tuple(None for _ in ctrl)
+    return tuple(None if b is None or not _served(d) or not _served(s) else round(
+        100.0 * ((c["over_slo_share"] - d["over_slo_share"]) - (b - s["over_slo_share"])), 3)
+        for c, d, s, b in zip(ctrl, own_default, base["phases"], best, strict=True))
 
 
 def single_static(statics: Mapping[str, Mapping[str, Any]], durations: Sequence[float]) -> str | None:

@@ -14,6 +14,7 @@ from typing import Any
 from autobatch.cotenants import CoTenant, place_in_schedule
 from autobatch.curve import BatchCurve
 from autobatch.errors import ConfigError
+from autobatch.lab.compare import BASELINE
 from autobatch.profiles import Profile
 from autobatch.schedule import Phase, Schedule
 
@@ -31,8 +32,6 @@ __all__ = [
     "with_lead_in",
 ]
 
-BASELINE = "triton-default"
-"""The mode every group runs: Triton's default, the baseline of every ratio."""
 CONTROLLERS = ("reload", "gateway")
 LEAD_IN = "lead-in"
 """The unmeasured phase in front of the schedule (the sidecar's start counts as a switch)."""

@@ -279,7 +279,8 @@ def summary(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         vs = [r["verdicts"]["controllers"].get(c) for r in runs]
         vs = [v for v in vs if v is not None]
         out[c] = {k: None if (s := spread([v[k] for v in vs])) is None else s.to_dict()
-                  for k in ("device_vs_default", "device_vs_oracle", "worst_excess_points", "device_ms")}
+                  for k in ("device_vs_default", "device_vs_oracle", "worst_excess_points",
+                            "worst_beside_default_points", "device_ms")}
         out[c]["every_static_loses"] = [v["every_static_loses"] for v in vs]
     out["single_static"] = [r["verdicts"]["single_static"] for r in runs]
     return out
