@@ -130,12 +130,16 @@ def cotenant_figures(result: Mapping[str, Any]) -> dict[str, dict[str, float | N
 
 def headroom(result: Mapping[str, Any]) -> dict[str, Any]:
     """The CPU evidence over every group of every repeat: cores our processes used, the load
-    average, the devices' answer lateness and the generators' send lag (the worst of each)."""
-    cores, loads, late, mean, lag = [], [], [], [], []
+    average, the devices' answer lateness and the generators' send lag (the worst of each); and,
+    where the run recorded them, the cores the rest of the machine used and the hypervisor stole."""
+    cores, loads, late, mean, lag, others, steal = [], [], [], [], [], [], []
     for run in result["runs"]:
         for g in run["groups"]:
             cores.append(g["cpu_cores"]["ours"])
             loads.append(g["load_average"][0])
+            machine = g.get("machine_cores") or {}
+            others.append(machine.get("others"))
+            steal.append(machine.get("steal"))
             for r in g["modes"].values():
                 for p in _measured(r):
                     late.append(p.get("late_share"))
@@ -147,7 +151,8 @@ def headroom(result: Mapping[str, Any]) -> dict[str, Any]:
         return max(got) if got else None
 
     return {"cores_max": top(cores), "cores_median": _median(cores), "load_average_max": top(loads),
-            "late_share_max": top(late), "lateness_mean_ms_max": top(mean), "lag_p99_ms_max": top(lag)}
+            "late_share_max": top(late), "lateness_mean_ms_max": top(mean), "lag_p99_ms_max": top(lag),
+            "others_cores_max": top(others), "steal_cores_max": top(steal)}
 
 
 def print_comparison(console: Console, result: Mapping[str, Any]) -> None:
@@ -169,11 +174,14 @@ def _r(v: float | None, n: int = 3) -> str:
 
 
 def headroom_line(h: Mapping[str, Any]) -> str:
+    machine = ("" if h.get("others_cores_max") is None else
+               f"; the rest of the machine used at most {_r(h['others_cores_max'])} cores, the hypervisor "
+               f"stole at most {_r(h['steal_cores_max'])}")
     return (f"our processes used {_r(h['cores_median'])} cores of 2 (median over groups; at most "
             f"{_r(h['cores_max'])}), load average up to {_r(h['load_average_max'])}; device answers over "
             f"2 ms late: at most {_r(h['late_share_max'])} of a phase's (mean lateness at most "
             f"{_r(h['lateness_mean_ms_max'])} ms); generator send lag p99 at most "
-            f"{_r(h['lag_p99_ms_max'])} ms")
+            f"{_r(h['lag_p99_ms_max'])} ms{machine}")
 
 
 def rows_for(result: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -25,7 +25,7 @@ from autobatch.lab.sidebyside.layout import (
     with_lead_in,
 )
 from autobatch.lab.sidebyside.readings import DeviceReading, device_figures, parse_device_metrics
-from autobatch.lab.sidebyside.run import arrivals_s, decisions_from_log, whole_run
+from autobatch.lab.sidebyside.run import HZ, arrivals_s, decisions_from_log, machine_cores, whole_run
 from autobatch.profiles import Profile
 from autobatch.schedule import Phase, Schedule
 
@@ -205,3 +205,28 @@ def test_decisions_are_read_on_the_runs_clock(tmp_path: Path) -> None:
     assert [(d["t_s"], d["action"], d["ok"], d["duration_s"]) for d in got] == [
         (0.5, "hold", None, None), (12.0, "switch", True, 1.4)]
     assert decisions_from_log(tmp_path / "missing.jsonl", 0.0) == []
+
+
+# -- the whole machine's CPUs, beside our processes' ----------------------------------------------
+
+@pytest.mark.parametrize(("delta", "ours", "want", "why"), [
+    # user nice system idle iowait irq softirq steal, over 10 s
+    ([5, 0, 3, 10, 0, 1, 1, 0], 0.6, {"busy": 1.0, "others": 0.4, "steal": 0.0},
+     "busy is user+nice+system+irq+softirq; the rest of the machine is busy less ours"),
+    ([4, 0, 2, 8, 2, 0, 0, 4], 0.6, {"busy": 0.6, "others": 0.0, "steal": 0.4},
+     "steal is counted apart; idle and iowait are not busy"),
+    ([1, 0, 1, 18, 0, 0, 0, 0], 0.6, {"busy": 0.2, "others": 0.0, "steal": 0.0},
+     "our processes' own count can exceed the machine's (different clocks): others never negative"),
+])
+def test_machine_cores_reads_the_cpu_line(delta: list[int], ours: float, want: dict[str, float],
+                                          why: str) -> None:
+    before = [1000] * 10
+    after = [b + d * HZ for b, d in zip(before, delta + [0, 0], strict=True)]
+    assert machine_cores(before, after, 10.0, ours) == pytest.approx(want), why
+
+
+@pytest.mark.parametrize(("before", "after", "wall"), [
+    (None, [1] * 10, 1.0), ([1] * 10, None, 1.0), ([1] * 10, [2] * 10, 0.0), ([1] * 5, [2] * 5, 1.0)])
+def test_machine_cores_without_two_readings_is_none(before: list[int] | None, after: list[int] | None,
+                                                   wall: float) -> None:
+    assert machine_cores(before, after, wall, 0.5) is None

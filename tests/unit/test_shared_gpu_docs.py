@@ -82,3 +82,17 @@ def test_a_verdict_changed_by_hand_is_found(tmp_path: Path) -> None:
     (tmp_path / src.name).write_text(json.dumps(doc), encoding="utf-8")
     _, changed = reverdict.reverdict(tmp_path / src.name)
     assert changed == ["r1 statics.triton-default.over_slo_share: 0.5 -> 0.00317"]
+
+
+def test_the_headroom_line_names_the_rest_of_the_machine_only_where_it_was_recorded() -> None:
+    report = _report()
+    newest = sorted(report.RESULTS.glob("*.json"))[-1]
+    result = json.loads(newest.read_text(encoding="utf-8"))["data"]
+    old = report.headroom(result)
+    if all(g.get("machine_cores") is None for r in result["runs"] for g in r["groups"]):
+        assert old["others_cores_max"] is None and "rest of the machine" not in report.headroom_line(old)
+    first = result["runs"][0]["groups"][0]
+    first["machine_cores"] = {"busy": 1.9, "others": 1.3, "steal": 0.25}
+    h = report.headroom(result)
+    assert h["others_cores_max"] >= 1.3 and h["steal_cores_max"] >= 0.25
+    assert "the rest of the machine used at most" in report.headroom_line(h)

@@ -44,7 +44,8 @@ from autobatch.lab.sidebyside.stack import ModeStack, StackSetup
 from autobatch.lab.sidebyside.worker import WorkerSpec
 from autobatch.schedule import Schedule
 
-__all__ = ["Comparison", "arrivals_s", "decisions_from_log", "run_comparison", "verdicts", "whole_run"]
+__all__ = ["Comparison", "arrivals_s", "decisions_from_log", "machine_cores", "run_comparison", "verdicts",
+           "whole_run"]
 
 START_MARGIN_S = 8.0
 """How far ahead the shared start is set, for every worker's set-up (connect, warm-up)."""
@@ -86,6 +87,29 @@ def _cpu_s(pids: Sequence[int]) -> float:
         except (OSError, IndexError, ValueError):
             continue
     return total / HZ
+
+
+def _machine_ticks() -> list[int] | None:
+    """The machine's CPU ticks since boot, as /proc/stat's first line gives them (None elsewhere)."""
+    try:
+        return [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+
+
+def machine_cores(before: Sequence[int] | None, after: Sequence[int] | None, wall_s: float,
+                  ours: float) -> dict[str, float] | None:
+    """What the whole machine's CPUs did over ``wall_s``, in cores, from two readings of
+    /proc/stat's ``cpu`` line (user nice system idle iowait irq softirq steal ...): ``busy`` (every
+    process, ours included), ``others`` (busy less ``ours``, the cores our processes used) and
+    ``steal`` (time the hypervisor gave the machine's virtual CPUs to someone else). A run whose
+    groups read the same of ours but differ in ``others`` or ``steal`` was disturbed from outside."""
+    if before is None or after is None or wall_s <= 0 or len(before) < 8 or len(after) < 8:
+        return None
+    d = [a - b for a, b in zip(after, before, strict=False)]
+    busy = (d[0] + d[1] + d[2] + d[5] + d[6]) / HZ / wall_s
+    steal = d[7] / HZ / wall_s
+    return {"busy": round(busy, 3), "others": round(max(0.0, busy - ours), 3), "steal": round(steal, 3)}
 
 
 def _pids(stacks: Mapping[str, ModeStack], workers: Mapping[str, ManagedProcess]) -> dict[str, list[int]]:
@@ -155,6 +179,7 @@ def run_group(cmp: Comparison, group: Sequence[ModeSpec], workdir: Path,
         time.sleep(max(0.0, start_at - time.monotonic()))
         pids = _pids(stacks, workers)
         cpu0, wall0, load0 = {k: _cpu_s(v) for k, v in pids.items()}, time.monotonic(), os.getloadavg()
+        ticks0 = _machine_ticks()
 
         def ended() -> bool:
             if tick is not None:
@@ -164,7 +189,7 @@ def run_group(cmp: Comparison, group: Sequence[ModeSpec], workdir: Path,
         # The schedule, a drain of the generators' timeout, and room for a loaded machine.
         poll_until(ended, timeout_s=schedule.duration_s + 90.0, interval_s=1.0,
                    what=f"the modes' runs ({', '.join(workers)}) to end")
-        wall = time.monotonic() - wall0
+        wall, ticks1 = time.monotonic() - wall0, _machine_ticks()
         cpu = {k: round((_cpu_s(v) - cpu0[k]) / wall, 3) for k, v in pids.items() if k != "load"}
         results, logs = {}, {}
         for name, w in workers.items():
@@ -181,6 +206,7 @@ def run_group(cmp: Comparison, group: Sequence[ModeSpec], workdir: Path,
                 logs[name] = log.read_bytes()
     cpu["ours"] = round(sum(cpu.values()), 3)
     return {"modes": results, "logs": logs, "cpu_cores": cpu, "wall_s": round(wall, 1),
+            "machine_cores": machine_cores(ticks0, ticks1, wall, cpu["ours"]),
             "load_average": [round(x, 2) for x in os.getloadavg()], "load_average_start": list(load0)}
 
 
