@@ -118,7 +118,8 @@ def _pids(stacks: Mapping[str, ModeStack], workers: Mapping[str, ManagedProcess]
     for name, s in stacks.items():
         out["device"] += [s.device.pid] if s.device.pid else []
         out["triton"] += group_members(s.triton.pid) if s.triton.pid else []
-        out["load"] += [workers[name].pid] if workers[name].pid else []
+        load = workers[name].pid
+        out["load"] += [load] if load else []
         if s.mode.controller and s.sidecar_pid:
             out["sidecar"] += group_members(s.sidecar_pid)
     for s in stacks.values():
