@@ -108,16 +108,30 @@ def set_dotted(data: dict[str, Any], key: str, value: str) -> None:
     node[last] = yaml.safe_load(value)
 
 
+def settings_items(sets: str) -> list[str]:
+    """``a=1,b=[25, 100]`` -> ``["a=1", "b=[25, 100]"]``: split at the commas outside a YAML
+    flow list or mapping, so that a value such as ``actuator.steps=[25,100]`` stays whole."""
+    items, depth, start = [], 0, 0
+    for i, ch in enumerate(sets):
+        depth += {"[": 1, "{": 1, "]": -1, "}": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            items.append(sets[start:i])
+            start = i + 1
+    items.append(sets[start:])
+    return [item for item in items if item]
+
+
 def variant(spec: str, reload: Path, gateway: Path, folder: Path) -> tuple[str, str, Path]:
     """``NAME=KIND[:a.b.c=VALUE,...]``: a controller beside the usual two, its kind's config with
-    each dotted key set to the YAML value (e.g. ``policy.efficiency.min_freed_share=0``)."""
+    each dotted key set to the YAML value (e.g. ``policy.efficiency.min_freed_share=0``, or
+    ``actuator.steps=[25,100]``)."""
     name, _, rest = spec.partition("=")
     kind, _, sets = rest.partition(":")
     if not name or kind not in ("reload", "gateway"):
         raise SystemExit(f"shared_gpu: --variant {spec!r}: want NAME=reload|gateway[:a.b=VALUE,...]")
     base = reload if kind == "reload" else gateway
     data = _absolute_paths(dict(load_yaml(base)), base)
-    for item in filter(None, sets.split(",")):
+    for item in settings_items(sets):
         key, eq, value = item.partition("=")
         if not eq:
             raise SystemExit(f"shared_gpu: --variant {spec!r}: {item!r} is not KEY=VALUE")

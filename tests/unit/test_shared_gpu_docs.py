@@ -7,6 +7,8 @@ import shutil
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 from ..conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,6 +61,33 @@ def test_the_gateway_runs_without_the_reload_only_guards(tmp_path: Path) -> None
     assert out["policy"]["efficiency"] == {"headroom": 0.6}  # the reload's other settings stay
     assert "efficiency_max_p95" not in out["policy"] and out["policy"]["stability"] == {"confirmations": 2}
     assert set(bench.RELOAD_ONLY) == {"efficiency.max_busy", "efficiency.max_p95", "efficiency.max_load"}
+
+
+@pytest.mark.parametrize(
+    ("sets", "items"),
+    [
+        ("actuator.steps=[100]", ["actuator.steps=[100]"]),
+        ("actuator.steps=[25,100]", ["actuator.steps=[25,100]"]),
+        ("a.b=0,actuator.steps=[25, 50,100],c={x: 1, y: 2}", ["a.b=0", "actuator.steps=[25, 50,100]",
+                                                             "c={x: 1, y: 2}"]),
+        ("a=1,,b=2", ["a=1", "b=2"]),
+        ("", []),
+    ],
+)
+def test_a_variants_settings_split_at_commas_outside_a_list(sets: str, items: list[str]) -> None:
+    assert load_benchmark("shared_gpu").settings_items(sets) == items
+
+
+def test_a_variant_sets_a_list_value(tmp_path: Path) -> None:
+    import yaml
+
+    bench = load_benchmark("shared_gpu")
+    gateway = bench.gateway_config(ROOT / "examples" / "sidecar-t4.yaml", tmp_path / "gateway.yaml")
+    name, kind, out = bench.variant("canary=gateway:actuator.steps=[25,100],actuator.step_dwell_s=1",
+                                    ROOT / "examples" / "sidecar-t4.yaml", gateway, tmp_path)
+    data = yaml.safe_load(out.read_text(encoding="utf-8"))
+    assert (name, kind) == ("canary", "gateway")
+    assert data["actuator"]["steps"] == [25, 100] and data["actuator"]["step_dwell_s"] == 1
 
 
 def test_every_saved_runs_verdicts_are_what_the_code_computes_from_its_measurements() -> None:
