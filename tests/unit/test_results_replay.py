@@ -171,7 +171,7 @@ def test_the_shared_gpu_logs_replay_through_the_config_they_ran(name: str, confi
     example = ROOT / config
     data = dict(load_yaml(example))
     data["policy"] = shared_gpu.without_reload_guards(dict(data.get("policy") or {}), drops)
-    for item in filter(None, sets.split(",")):  # a variant: its settings as shared_gpu.py set them
+    for item in shared_gpu.settings_items(sets):  # a variant: its settings as shared_gpu.py set them
         key, _, value = item.partition("=")
         if key.startswith("actuator."):  # how it moves (a gateway's steps), not what it decides
             continue
