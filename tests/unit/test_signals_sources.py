@@ -7,6 +7,7 @@ tests/integration/test_signals_triton.py and test_signals_prometheus.py.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -98,6 +99,24 @@ async def test_first_poll_is_a_baseline_then_windows() -> None:
     assert w.busy_instances == pytest.approx(0.1)
     assert (w.instance_count, w.busy_share) == (2, pytest.approx(0.05))
     assert sorted(set(fake.seen)) == ["/metrics", f"/v2/models/{M}/config", f"/v2/models/{M}/stats"]
+
+
+async def test_a_window_across_a_step_of_the_wall_clock_is_stale() -> None:
+    """The monotonic clock read beside the wall clock: 1 s passed, the wall clock says 13.3 s
+    (a virtual machine paused, then resynced). The next window is good again."""
+    fake, clock, mono = FakeTriton(), FakeClock(), FakeClock(500.0)
+    src = source(fake, clock, monotonic=mono)
+    assert await src.poll() is None
+    fake.success, clock.t, mono.t = 50, 1013.3, 501.0
+    w = await src.poll()
+    assert w is not None and w.stale and w.stale_reason == "bad_interval"
+    assert "the wall clock moved 13.300 s" in (w.stale_detail or "")
+    fake.success, clock.t, mono.t = 80, 1014.3, 502.0
+    w = await src.poll()
+    assert w is not None and not w.stale and w.success_rps == 30.0
+    # an injected wall clock alone reads no monotonic one: nothing to compare it with
+    assert source(fake, clock).monotonic is None
+    assert TritonSource("127.0.0.1:8000", M).monotonic is time.monotonic
 
 
 async def test_an_unreadable_config_leaves_the_busy_share_unknown_and_the_window_good() -> None:

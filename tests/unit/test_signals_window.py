@@ -151,6 +151,10 @@ STALE_CASES = {
     "negative counter": (_counter(BEFORE, "nv_inference_count", -5.0), AFTER, "malformed"),
     "same time": (BEFORE, _with(AFTER, taken_s=BEFORE.taken_s), "bad_interval"),
     "clock stepped back": (BEFORE, _with(AFTER, taken_s=99.0), "bad_interval"),
+    # the wall clock jumped 12.3 s within a 1-s window (a paused virtual machine, resynced)
+    "clock stepped forward": (_with(BEFORE, monotonic_s=500.0),
+                              _with(AFTER, taken_s=AFTER.taken_s + 12.3,
+                                    monotonic_s=500.0 + AFTER.taken_s - BEFORE.taken_s), "bad_interval"),
     "tiny interval overflows": (_with(BEFORE, taken_s=0.0), _with(AFTER, taken_s=1e-320),
                                 "not_finite"),
 }
@@ -426,3 +430,18 @@ def test_public_names() -> None:
         "window_from_results", "windows",
     ])
     assert all(hasattr(signals, name) for name in signals.__all__)
+
+
+@pytest.mark.parametrize(("wall_extra_s", "stale"), [(0.0, False), (0.2, False), (-0.2, False), (0.3, True),
+                                                     (-0.3, True), (12.3, True)])
+def test_a_window_spanning_a_step_of_the_wall_clock_is_stale(wall_extra_s: float, stale: bool) -> None:
+    """Within 0.25 s of the monotonic clock's time the wall clock kept time (NTP slews at most
+    500 ppm); further, its rates would divide by the wrong time."""
+    dt = AFTER.taken_s - BEFORE.taken_s
+    w = window_between(_with(BEFORE, monotonic_s=500.0),
+                       _with(AFTER, taken_s=AFTER.taken_s + wall_extra_s, monotonic_s=500.0 + dt))
+    assert w.stale is stale
+    if stale:
+        assert w.stale_reason == "bad_interval" and "monotonic clock moved" in (w.stale_detail or "")
+    # without a monotonic reading on both sides there is nothing to compare
+    assert not window_between(BEFORE, _with(AFTER, monotonic_s=500.0 + dt + 5.0)).stale

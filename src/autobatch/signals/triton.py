@@ -67,6 +67,12 @@ DEFAULT_TIMEOUT_S = 2.0
 """Per-request timeout of a scrape. Triton answers /metrics in milliseconds; a
 scrape slower than this is a sign of trouble, and the window is better stale."""
 
+CLOCK_STEP_TOLERANCE_S = 0.25
+CLOCK_STEP_TOLERANCE_RATIO = 0.05
+"""How far the wall clock's time between two samples may differ from the monotonic clock's
+before the window counts as spanning a clock step: NTP slews at most 500 ppm; a step or a
+paused machine moves it by whole seconds."""
+
 _OFFSET_TOLERANCE_EXECS = 2.0
 _OFFSET_TOLERANCE_RATIO = 0.05
 """How far the gap between the two endpoints' execution counts may move within
@@ -95,6 +101,9 @@ class TritonSample:
     """How long the concurrent reads took, first request out to last answer: Triton
     answers ``/metrics`` and ``/stats`` at moments up to this far apart, and a busy
     server runs executions in between (seconds on a loaded machine)."""
+    monotonic_s: float | None = None
+    """The monotonic clock at the read (None: not read): a window whose wall-clock length
+    differs from the monotonic one spans a clock step."""
 
     @property
     def model(self) -> str:
@@ -113,6 +122,18 @@ def _stale(before: TritonSample, after: TritonSample, reason: StaleReason, detai
     )
 
 
+def _clock_step(before: TritonSample, after: TritonSample) -> str | None:
+    """What the wall clock did between the samples if it did not keep time with the monotonic
+    clock (an NTP step, a virtual machine paused and resumed), else None."""
+    if before.monotonic_s is None or after.monotonic_s is None:
+        return None
+    wall, mono = after.taken_s - before.taken_s, after.monotonic_s - before.monotonic_s
+    if abs(wall - mono) <= max(CLOCK_STEP_TOLERANCE_S, CLOCK_STEP_TOLERANCE_RATIO * abs(mono)):
+        return None
+    return (f"the wall clock moved {wall:.3f} s between the samples while the monotonic clock moved "
+            f"{mono:.3f} s: it stepped, or the machine paused; the rates would divide by the wrong time")
+
+
 def _check(before: TritonSample, after: TritonSample) -> tuple[StaleReason, str] | None:
     """Why this pair cannot be differenced, or None."""
     if not after.taken_s > before.taken_s:
@@ -121,6 +142,9 @@ def _check(before: TritonSample, after: TritonSample) -> tuple[StaleReason, str]
             f"samples out of order ({before.taken_s:.3f} s then {after.taken_s:.3f} s): "
             "the wall clock stepped back",
         )
+    step = _clock_step(before, after)
+    if step is not None:
+        return StaleReason.BAD_INTERVAL, step
     m0, m1 = before.metrics, after.metrics
     for label, sample in (("earlier", m0), ("later", m1)):
         missing = [n for n in COUNTERS if n not in sample.counters]
@@ -348,6 +372,9 @@ class TritonSource:
             override reload is then invisible).
         client: the HTTP client (default: one owned by the source).
         clock: wall-clock seconds; windows are stamped with it.
+        monotonic: a monotonic clock read beside it, to tell a window that spans a step of
+            the wall clock (stale, ``bad_interval``); default: ``time.monotonic`` with the
+            default wall clock, none with an injected one.
         timeout_s: per-request timeout.
         max_age_s: a window whose newest data is older than this when built is
             stale (``too_old``); None turns the check off.
@@ -370,6 +397,7 @@ class TritonSource:
         batch_stats: bool = True,
         client: httpx.AsyncClient | None = None,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         max_age_s: float | None = None,
         max_bytes: int = DEFAULT_MAX_BYTES,
@@ -396,6 +424,8 @@ class TritonSource:
         self.version = version
         self.batch_stats = batch_stats
         self.clock = clock
+        self.monotonic = (monotonic if monotonic is not None
+                          else time.monotonic if clock is time.time else None)
         self.timeout_s = float(timeout_s)
         self.max_age_s = max_age_s
         self.max_bytes = int(max_bytes)
@@ -425,6 +455,7 @@ class TritonSource:
         """
         client = self._http()
         t0 = self.clock()
+        m0 = self.monotonic() if self.monotonic is not None else None
         jobs: list[Any] = [self._fetch(client, self.metrics_url, "Triton metrics")]
         if self.batch_stats:
             jobs.append(self._fetch(client, self.stats_url, "Triton model statistics", restricted=True))
@@ -433,11 +464,13 @@ class TritonSource:
             jobs.append(self._fetch_utilization(client, self.utilization_url))
         responses = await asyncio.gather(*jobs)
         t1 = self.clock()
+        m1 = self.monotonic() if self.monotonic is not None else None
         metrics, stats, (utilization, detail) = await asyncio.to_thread(self._parse, responses)
         instances = responses[2] if self.batch_stats else None
         return TritonSample(taken_s=(t0 + t1) / 2, metrics=metrics, stats=stats,
                             utilization=utilization, utilization_detail=detail,
-                            instance_count=instances, span_s=t1 - t0)
+                            instance_count=instances, span_s=t1 - t0,
+                            monotonic_s=None if m0 is None or m1 is None else (m0 + m1) / 2)
 
     async def _fetch(
         self, client: httpx.AsyncClient, url: str, what: str, *, restricted: bool = False

@@ -48,7 +48,9 @@ class StaleReason(str, Enum):
     NOT_FINITE = "not_finite"
     """A counter or gauge read NaN or infinite."""
     BAD_INTERVAL = "bad_interval"
-    """The two samples are not in time order (the wall clock stepped back)."""
+    """The two samples are not in time order (the wall clock stepped back), or the wall clock
+    moved further than the monotonic one between them (it stepped forward, or the machine
+    paused): the window's rates would divide by the wrong time."""
     UNREACHABLE = "unreachable"
     """An endpoint refused the connection, timed out or answered with an HTTP error."""
     MALFORMED = "malformed"
