@@ -31,13 +31,13 @@ from shared_gpu import code_version, comparison, gateway_config, parser, schedul
 from shared_gpu_report import rows_for  # noqa: E402
 
 
-def _decisions(log: Path, t0_wall: float) -> list[dict[str, Any]]:
+def _decisions(log: Path, t0_wall: float, t0_mono: float | None) -> list[dict[str, Any]]:
     if not log.is_file():
         return []
     with tempfile.NamedTemporaryFile(suffix=".jsonl") as f:
         f.write(gzip.decompress(log.read_bytes()))
         f.flush()
-        return decisions_from_log(Path(f.name), t0_wall)
+        return decisions_from_log(Path(f.name), t0_wall, t0_mono)
 
 
 def reverdict(path: Path) -> tuple[dict[str, Any], list[str]]:
@@ -62,7 +62,7 @@ def reverdict(path: Path) -> tuple[dict[str, Any], list[str]]:
                 log = logs / f"{path.stem}-{data['schedule']}-r{run['repeat']}-g{gi}-{name}.jsonl.gz"
                 if name in data["controllers"] and not log.is_file():
                     raise SystemExit(f"shared_gpu_reverdict: {path}: no decision log {log.name} for {name}")
-                modes[name] = {**r, "decisions": _decisions(log, r["t0_wall"])}
+                modes[name] = {**r, "decisions": _decisions(log, r["t0_wall"], r.get("t0_mono"))}
             groups.append({**g, "modes": modes})
         new, old = verdicts(cmp, groups), _flat(run["verdicts"])
         changed += [f"r{run['repeat']} {k}: {old.get(k)} -> {v}" for k, v in _flat(new).items()

@@ -13,6 +13,7 @@ import pytest
 from autobatch.cotenants import CoTenant
 from autobatch.curve import BatchCurve
 from autobatch.errors import ConfigError
+from autobatch.lab.closed_loop import _switches as closed_loop_switches
 from autobatch.lab.sidebyside.layout import (
     LEAD_IN,
     ModeSpec,
@@ -205,6 +206,25 @@ def test_decisions_are_read_on_the_runs_clock(tmp_path: Path) -> None:
     assert [(d["t_s"], d["action"], d["ok"], d["duration_s"]) for d in got] == [
         (0.5, "hold", None, None), (12.0, "switch", True, 1.4)]
     assert decisions_from_log(tmp_path / "missing.jsonl", 0.0) == []
+
+
+def test_a_step_of_the_wall_clock_mid_run_moves_no_decision(tmp_path: Path) -> None:
+    """The wall clock jumped 12.3 s between the lines (a paused virtual machine, resynced): by
+    ``ts`` the switch is 12.3 s late; by ``mono`` it is where it happened."""
+    log = tmp_path / "d.jsonl"
+    rows = [{"mono": 500.5,
+             "decision": {"at_s": 1000.5, "action": "hold", "reason": "steady", "target": "x"}},
+            {"mono": 512.0, "decision": {"at_s": 1024.3, "action": "switch", "reason": "shared",
+                                         "target": "triton-default"}}]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert [d["t_s"] for d in decisions_from_log(log, t0_wall=1000.0)] == [0.5, 24.3]
+    assert [d["t_s"] for d in decisions_from_log(log, t0_wall=1000.0, t0_mono=500.0)] == [0.5, 12.0]
+    # the closed loop's switches likewise
+    rows[1]["actuation"] = {"ok": True, "duration_s": 2.3}
+    rows[1]["decision"]["message"] = "shared"
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert [s.t_s for s in closed_loop_switches(log, t0_wall=1000.0, t0_mono=500.0)] == [12.0]
+    assert [s.t_s for s in closed_loop_switches(log, t0_wall=1000.0)] == [24.3]
 
 
 # -- the whole machine's CPUs, beside our processes' ----------------------------------------------

@@ -895,6 +895,9 @@ def test_sighup_reopens_the_decision_log_after_rotation(tmp_path):
     # carries on where the moved one stopped.
     stamps = [json.loads(x)["ts"] for x in lines(rotated) + lines(log)]
     assert stamps == sorted(stamps) and len(lines(log)) >= 2
+    # ... and the monotonic clock read with each decision, for times a wall-clock step cannot bend
+    monos = [json.loads(x)["mono"] for x in lines(rotated) + lines(log)]
+    assert all(isinstance(m, float) for m in monos) and monos == sorted(monos)
 
 
 async def test_replay_agrees_with_a_sidecar_that_dwelt_after_its_start(tmp_path):

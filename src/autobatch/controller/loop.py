@@ -127,12 +127,14 @@ class Controller:
         actuator: Actuator,
         *,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
         registry: CollectorRegistry | None = None,
     ) -> None:
         self.config = config
         self.source = source
         self.actuator = actuator
         self.clock = clock
+        self.monotonic = monotonic
         self.registry = registry if registry is not None else CollectorRegistry()
         names = [p.name for p in config.profiles]
         self.metrics = ControllerMetrics(self.registry, config.model, names)
@@ -242,7 +244,7 @@ class Controller:
         reconciled = await self._reconcile()
         pin_before = self.state.pin
 
-        now = self.clock()
+        now, mono = self.clock(), self.monotonic()
         decision, self.state = decide(list(self.history), self.state, cfg.policy, now)
         self._observe_decision(decision)
         self.status.desired = self.state.active
@@ -273,7 +275,7 @@ class Controller:
                     )
             self.status.desired = self.state.active
         self.status.last_switch_s = self.state.last_switch_s
-        await self._record(window, decision, actuation, reconciled, pin_before)
+        await self._record(window, decision, actuation, reconciled, pin_before, mono)
         await self._persist()
         end = self.clock()
         if self.health.tick_ended(end):
@@ -468,6 +470,7 @@ class Controller:
         actuation: ActuationResult | None,
         reconciled: ActuationResult | None = None,
         pin: str | None = None,
+        mono: float | None = None,
     ) -> None:
         if decision.switch or decision.reason not in (Reason.STEADY, Reason.NO_DATA, Reason.PINNED):
             level = logging.INFO if decision.switch else logging.DEBUG
@@ -476,6 +479,9 @@ class Controller:
             return
         line = {
             "ts": decision.at_s,
+            # The monotonic clock at the decision: times between lines that a step of the
+            # wall clock (NTP, a paused machine) does not bend.
+            "mono": None if mono is None else round(mono, 6),
             "model": self.config.model,
             "active": self.status.active,
             "window": window.to_dict() if window is not None else None,

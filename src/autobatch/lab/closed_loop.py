@@ -24,6 +24,7 @@ import numpy as np
 
 from autobatch.controller.config import SidecarConfig
 from autobatch.errors import AutobatchError
+from autobatch.lab.compare import decision_time_s
 from autobatch.lab.device import DeviceMeter, DeviceTotals
 from autobatch.load import LoadReport, RequestRecord, run_load
 from autobatch.profiles import Profile
@@ -306,7 +307,7 @@ async def run_closed_loop(
     switches: tuple[Switch, ...] = ()
     log_path = decision_log if decision_log is not None else (sidecar.decision_log if sidecar else None)
     if log_path is not None and Path(log_path).exists():
-        switches = tuple(_switches(Path(log_path), t0_wall=time.time() - (time.monotonic() - t0)))
+        switches = tuple(_switches(Path(log_path), t0_wall=time.time() - (time.monotonic() - t0), t0_mono=t0))
     per_phase = meter.per_phase(len(schedule.phases)) if meter is not None else None
     total = meter.total() if meter is not None else None
     result = ClosedLoopResult(mode, schedule, slo_p95_ms, report, tuple(samples), switches, device=total)
@@ -410,7 +411,9 @@ async def _remote_status(client: Any) -> _RemoteStatus | None:
     return _RemoteStatus(active=data.get("active_profile"), last_decision=data.get("last_decision"))
 
 
-def _switches(log_path: Path, t0_wall: float) -> list[Switch]:
+def _switches(log_path: Path, t0_wall: float, t0_mono: float | None = None) -> list[Switch]:
+    """The log's switches on the load's clock: by the monotonic clock where a line carries it
+    (a step of the wall clock mid-run then moves nothing), else by the wall clock."""
     out = []
     with open(log_path, encoding="utf-8") as f:
         for line in f:
@@ -419,8 +422,8 @@ def _switches(log_path: Path, t0_wall: float) -> list[Switch]:
             if d["action"] != "switch" or not row.get("actuation"):
                 continue
             a = row["actuation"]
-            out.append(Switch(round(d["at_s"] - t0_wall, 2), d["target"], d["reason"], d["message"],
-                              bool(a["ok"]), a.get("duration_s")))
+            out.append(Switch(round(decision_time_s(row, t0_wall, t0_mono), 2), d["target"], d["reason"],
+                              d["message"], bool(a["ok"]), a.get("duration_s")))
     return out
 
 

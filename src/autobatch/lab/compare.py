@@ -33,6 +33,7 @@ __all__ = [
     "Spread",
     "best_shares",
     "controller_verdict",
+    "decision_time_s",
     "oracle",
     "in_force",
     "reactions",
@@ -286,6 +287,16 @@ def right_profiles(statics: Mapping[str, Phases], index: int, points: float = OR
         return set()
     return {m for m, ph in statics.items()
             if _served(ph[index]) and ph[index]["over_slo_share"] <= best + points / 100.0 + EPS}
+
+
+def decision_time_s(row: Mapping[str, Any], t0_wall: float, t0_mono: float | None = None) -> float:
+    """When a decision-log line's decision was made, in seconds from a run's start: by the
+    monotonic clock where the line (``mono``) and the run (``t0_mono``) both carry it, so a
+    step of the wall clock mid-run moves nothing; else by the wall clock (``decision.at_s``)."""
+    mono = row.get("mono")
+    if mono is not None and t0_mono is not None:
+        return float(mono) - t0_mono
+    return float(row["decision"]["at_s"]) - t0_wall
 
 
 def in_force(decisions: Sequence[Mapping[str, Any]], at_s: float, start: str | None) -> str | None:

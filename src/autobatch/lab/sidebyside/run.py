@@ -28,7 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from autobatch.cotenants import CoTenant
-from autobatch.lab.compare import controller_verdict, reactions, right_profiles, single_static, spread
+from autobatch.lab.compare import (
+    controller_verdict,
+    decision_time_s,
+    reactions,
+    right_profiles,
+    single_static,
+    spread,
+)
 from autobatch.lab.process import ManagedProcess, group_members, poll_until
 from autobatch.lab.sidebyside.layout import (
     BASELINE,
@@ -202,7 +209,8 @@ def run_group(cmp: Comparison, group: Sequence[ModeSpec], workdir: Path,
         cpu["load"] = round(sum(r.get("cpu_s", 0.0) for r in results.values()) / wall, 3)
         for name in workers:
             log = stacks[name].decision_log
-            results[name]["decisions"] = decisions_from_log(log, results[name]["t0_wall"]) if log else []
+            results[name]["decisions"] = decisions_from_log(
+                log, results[name]["t0_wall"], results[name].get("t0_mono")) if log else []
             if log is not None and log.is_file():
                 logs[name] = log.read_bytes()
     cpu["ours"] = round(sum(cpu.values()), 3)
@@ -211,9 +219,10 @@ def run_group(cmp: Comparison, group: Sequence[ModeSpec], workdir: Path,
             "load_average": [round(x, 2) for x in os.getloadavg()], "load_average_start": list(load0)}
 
 
-def decisions_from_log(path: Path, t0_wall: float) -> list[dict[str, Any]]:
+def decisions_from_log(path: Path, t0_wall: float, t0_mono: float | None = None) -> list[dict[str, Any]]:
     """Each decision of a sidecar's log on the run's clock (seconds from the schedule's start),
-    with the actuation of a switch."""
+    with the actuation of a switch: by the monotonic clock where the line and the run both
+    carry it (a step of the wall clock mid-run then moves nothing), else by the wall clock."""
     if not path.is_file():
         return []
     out = []
@@ -221,8 +230,9 @@ def decisions_from_log(path: Path, t0_wall: float) -> list[dict[str, Any]]:
         row = json.loads(line)
         d = row["decision"]
         a = row.get("actuation") or {}
-        out.append({"t_s": round(d["at_s"] - t0_wall, 3), "action": d["action"], "reason": d["reason"],
-                    "target": d.get("target"), "ok": a.get("ok"), "duration_s": a.get("duration_s")})
+        out.append({"t_s": round(decision_time_s(row, t0_wall, t0_mono), 3), "action": d["action"],
+                    "reason": d["reason"], "target": d.get("target"), "ok": a.get("ok"),
+                    "duration_s": a.get("duration_s")})
     return out
 
 

@@ -159,7 +159,7 @@ async def run_worker(spec: WorkerSpec) -> dict[str, Any]:
         if runner is not None:
             await asyncio.to_thread(runner.stop)
     return {
-        "mode": spec.mode, "t0_wall": t0_wall, "start_late_s": _start_late(report),
+        "mode": spec.mode, "t0_wall": t0_wall, "t0_mono": spec.start_at, "start_late_s": _start_late(report),
         "phases": summarise(schedule, report, marks, timeline, spec),
         "cotenants": None if runner is None else runner.report().to_dict(),
         "timeline": timeline,
