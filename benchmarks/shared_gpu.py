@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/shared_gpu.py --config examples/sidecar-t4.yaml \
         --schedule examples/schedules/cotenants-step.yaml [--schedule step ...] \
-        [--repeats 3] [--group-size 3] [--lead-in 60] [--modes ...] [--no-save] [--json] \
+        [--repeats 3] [--retries 1] [--group-size 3] [--lead-in 60] [--modes ...] [--no-save] [--json] \
         [--variant reload-nofreed=reload:policy.efficiency.min_freed_share=0]
 
 Every mode runs at once, each on its own emulated GPU (an ``autobatch device``
@@ -16,7 +16,9 @@ per rung on the mode's device, and without the reload-only guards
 ``efficiency.max_busy``, ``max_p95``, ``max_load``: the result says so as
 ``gateway_without``). Modes that the two cores cannot carry at once
 run in groups of ``--group-size`` one after another, each with the default in
-it. Repeated ``--repeats`` times. docs/benchmarks.md ("The shared GPU, side by
+it. Repeated ``--repeats`` times; a repeat whose group fails (a server that
+stopped answering) is run again, ``--retries`` times in all, and kept under
+``failed``. docs/benchmarks.md ("The shared GPU, side by
 side") says what each figure is and what the CPU-headroom figures show.
 """
 
@@ -168,7 +170,7 @@ def comparison(args: argparse.Namespace, name: str, path: Path, gateway: Path,
     return Comparison(
         name=name, schedule=schedule, setup=setup, modes=tuple(modes), slo_p95_ms=cfg.policy.slo_p95_ms,
         cotenants=jobs, seed=args.seed, repeats=args.repeats, group_size=args.group_size,
-        lead_in_s=args.lead_in, interval_s=cfg.interval_s, keep=args.keep,
+        lead_in_s=args.lead_in, interval_s=cfg.interval_s, keep=args.keep, retries=args.retries,
         extra={"config": _rel(args.config), "schedule_file": _rel(path), "code": code_version(),
                **({"gateway_config": _rel(args.gateway_config)} if args.gateway_config
                   else {"gateway_without": list(RELOAD_ONLY)}),
@@ -228,6 +230,8 @@ def parser() -> argparse.ArgumentParser:
                     help="another controller mode: its kind's config with dotted keys set; repeatable")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--group-size", type=int, default=3, help="modes at once (the default among them)")
+    ap.add_argument("--retries", type=int, default=1, help="failed repeats run again (a server that "
+                    "stopped answering); each failure is kept in the result")
     ap.add_argument("--lead-in", type=float, default=60.0, metavar="S")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--keep", type=Path, default=None, help="keep every server's log here")

@@ -3,17 +3,20 @@ windows, the device's readings, a run's figures and its verdicts."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from autobatch.cotenants import CoTenant
 from autobatch.curve import BatchCurve
-from autobatch.errors import ConfigError
+from autobatch.errors import ConfigError, TritonError
 from autobatch.lab.closed_loop import _switches as closed_loop_switches
+from autobatch.lab.sidebyside import run as sbs_run
 from autobatch.lab.sidebyside.layout import (
     LEAD_IN,
     ModeSpec,
@@ -26,7 +29,15 @@ from autobatch.lab.sidebyside.layout import (
     with_lead_in,
 )
 from autobatch.lab.sidebyside.readings import DeviceReading, device_figures, parse_device_metrics
-from autobatch.lab.sidebyside.run import HZ, arrivals_s, decisions_from_log, machine_cores, whole_run
+from autobatch.lab.sidebyside.run import (
+    HZ,
+    Comparison,
+    arrivals_s,
+    decisions_from_log,
+    machine_cores,
+    whole_run,
+)
+from autobatch.lab.sidebyside.worker import retried
 from autobatch.profiles import Profile
 from autobatch.schedule import Phase, Schedule
 
@@ -250,3 +261,76 @@ def test_machine_cores_reads_the_cpu_line(delta: list[int], ours: float, want: d
 def test_machine_cores_without_two_readings_is_none(before: list[int] | None, after: list[int] | None,
                                                    wall: float) -> None:
     assert machine_cores(before, after, wall, 0.5) is None
+
+
+# -- a repeat whose server stopped answering is run again ------------------------------------------
+
+def _fails_at(*calls: int) -> tuple[list[str], Any]:
+    """A group runner that raises as a server that stopped answering would at the given calls
+    (0-based), and the work folders it was given."""
+    seen: list[str] = []
+
+    def run(cmp: Any, group: Any, workdir: Path, event: Any) -> dict[str, Any]:
+        seen.append(workdir.name)
+        if len(seen) - 1 in calls:
+            raise TritonError("stats of 'resnet50' at http://127.0.0.1:1: ConnectError: refused")
+        return {"modes": {m.name: {} for m in group}}
+
+    return seen, run
+
+
+def _cmp(repeats: int, retries: int) -> Comparison:
+    return Comparison(name="s", schedule=SCHEDULE, setup=None, modes=(), slo_p95_ms=60.0,  # type: ignore[arg-type]
+                      repeats=repeats, retries=retries)
+
+
+G2 = [[ModeSpec("triton-default", "static", LADDER[0]), ModeSpec("reload", "reload", LADDER[0])],
+      [ModeSpec("triton-default", "static", LADDER[0]), ModeSpec("aggressive", "static", LADDER[2])]]
+
+
+@pytest.mark.parametrize(("fail", "retries", "want_dirs", "want_repeats", "want_failed"), [
+    ((), 1, ["r0-g0", "r0-g1", "r1-g1", "r1-g0", "r2-g0", "r2-g1"], 3, []),
+    # Repeat 2's second group fails: the whole repeat runs again (its first group too).
+    ((3,), 1, ["r0-g0", "r0-g1", "r1-g1", "r1-g0", "r1-g1-retry1", "r1-g0-retry1", "r2-g0", "r2-g1"], 3,
+     [(1, 0, ["triton-default", "reload"])]),
+    # A second failure with one retry: the comparison ends with the repeats it has.
+    ((1, 2), 1, ["r0-g0", "r0-g1", "r0-g0-retry1"], 0, None),
+    ((2, 4), 1, ["r0-g0", "r0-g1", "r1-g1", "r1-g1-retry1", "r1-g0-retry1"], 1,
+     [(1, 0, ["triton-default", "aggressive"]), (1, 1, ["triton-default", "reload"])]),
+])
+def test_a_failed_repeat_is_run_again_and_kept(monkeypatch: pytest.MonkeyPatch, fail: tuple[int, ...],
+                                               retries: int, want_dirs: list[str], want_repeats: int,
+                                               want_failed: list[tuple[int, int, list[str]]] | None) -> None:
+    monkeypatch.setattr(sbs_run, "verdicts", lambda cmp, done: {"groups": len(done)})
+    seen, run = _fails_at(*fail)
+    events: list[str] = []
+    if want_failed is None:  # nothing completed: the failure itself
+        with pytest.raises(TritonError, match="ConnectError"):
+            sbs_run.run_repeats(_cmp(3, retries), G2, Path("/nowhere"), events.append, run)
+        assert seen == want_dirs
+        return
+    runs, failed = sbs_run.run_repeats(_cmp(3, retries), G2, Path("/nowhere"), events.append, run)
+    assert seen == want_dirs
+    assert [r["repeat"] for r in runs] == list(range(want_repeats))
+    assert all(r["verdicts"] == {"groups": 2} for r in runs)
+    assert [(f["repeat"], f["retry"], f["group"]) for f in failed] == want_failed
+    assert all("ConnectError" in f["error"] for f in failed)
+    assert sum("failed in group" in e for e in events) == len(fail)
+
+
+def test_a_boundary_read_is_tried_again_after_a_failed_answer() -> None:
+    answers: list[Any] = [httpx.ConnectError("refused"), TritonError("HTTP 503"), 7]
+
+    async def read() -> int:
+        a = answers.pop(0)
+        if isinstance(a, Exception):
+            raise a
+        return int(a)
+
+    assert asyncio.run(retried(read, "stats", tries=3, first_wait_s=0.0)) == 7
+    answers[:] = [httpx.ConnectError("refused")] * 3
+    with pytest.raises(TritonError, match=r"^stats: 3 tries failed, the last: ConnectError: refused"):
+        asyncio.run(retried(read, "stats", tries=3, first_wait_s=0.0))
+    answers[:] = [ValueError("a bug is not retried"), 1]
+    with pytest.raises(ValueError):
+        asyncio.run(retried(read, "stats", tries=3, first_wait_s=0.0))

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from autobatch.cotenants import CoTenant
+from autobatch.errors import AutobatchError
 from autobatch.lab.compare import (
     controller_verdict,
     decision_time_s,
@@ -79,6 +80,9 @@ class Comparison:
     """The controllers' window, for the reaction in windows."""
     keep: Path | None = None
     """Keep each mode's servers' logs and decision logs here."""
+    retries: int = 1
+    """How many failed repeats (a group whose server stopped answering or whose worker raised)
+    are run again, over the whole comparison; each failure is kept in the result."""
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -323,19 +327,54 @@ def summary(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def run_comparison(cmp: Comparison, event: Event = lambda _: None) -> dict[str, Any]:
-    """Every repeat of every group; the figures, the verdicts per repeat and their summary."""
-    groups = group_modes(cmp.modes, cmp.group_size)
-    runs = []
-    with tempfile.TemporaryDirectory(prefix="ab-sbs-") as tmp:
-        base = cmp.keep or Path(tmp)
-        for r in range(cmp.repeats):
-            order = groups[r % len(groups):] + groups[:r % len(groups)]
-            done = []
+GROUP_FAILURES = (AutobatchError, RuntimeError, OSError)
+"""What a group's run raises when a server or a worker fails (not a bug in the comparison)."""
+
+RunGroup = Callable[[Comparison, Sequence[ModeSpec], Path, Event], dict[str, Any]]
+
+
+def run_repeats(cmp: Comparison, groups: Sequence[Sequence[ModeSpec]], base: Path,
+                event: Event = lambda _: None,
+                run: RunGroup | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Each repeat's groups and verdicts, and the failed attempts. A repeat in which a group
+    fails (:data:`GROUP_FAILURES`) is dropped whole, since its ratios are taken beside its
+    own groups' default, and run again while ``cmp.retries`` allows; after that the
+    comparison ends with the repeats it has. Raises the last failure if none completed."""
+    run = run or run_group
+    runs: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
+    while len(runs) < cmp.repeats:
+        r = len(runs)
+        again = sum(f["repeat"] == r for f in failed)
+        order = list(groups[r % len(groups):]) + list(groups[:r % len(groups)])
+        suffix = f"-retry{again}" if again else ""
+        done = []
+        try:
             for gi, g in enumerate(order):
                 event(f"repeat {r + 1}/{cmp.repeats}, group {gi + 1}/{len(order)}")
-                done.append(run_group(cmp, g, base / f"r{r}-g{groups.index(g)}", event))
-            runs.append({"repeat": r, "groups": done, "verdicts": verdicts(cmp, done)})
+                done.append(run(cmp, g, base / f"r{r}-g{groups.index(g)}{suffix}", event))
+        except GROUP_FAILURES as exc:
+            names = [m.name for m in order[len(done)]]
+            error = f"{type(exc).__name__}: {exc}"
+            failed.append({"repeat": r, "retry": again, "group": names, "error": error[:600]})
+            event(f"repeat {r + 1} failed in group {len(done) + 1} ({', '.join(names)}): {error}")
+            if len(failed) > cmp.retries:
+                if not runs:
+                    raise
+                event(f"{len(failed)} failed repeats, more than the {cmp.retries} retries: "
+                      f"ending with {len(runs)}")
+                break
+            continue
+        runs.append({"repeat": r, "groups": done, "verdicts": verdicts(cmp, done)})
+    return runs, failed
+
+
+def run_comparison(cmp: Comparison, event: Event = lambda _: None) -> dict[str, Any]:
+    """Every repeat of every group; the figures, the verdicts per repeat and their summary,
+    and any repeat that failed and was run again (``failed``)."""
+    groups = group_modes(cmp.modes, cmp.group_size)
+    with tempfile.TemporaryDirectory(prefix="ab-sbs-") as tmp:
+        runs, failed = run_repeats(cmp, groups, cmp.keep or Path(tmp), event)
     return {
         "schedule": cmp.name, "slo_p95_ms": cmp.slo_p95_ms, "seed": cmp.seed, "lead_in_s": cmp.lead_in_s,
         "group_size": cmp.group_size, "groups": [[m.name for m in g] for g in groups],
@@ -345,5 +384,5 @@ def run_comparison(cmp: Comparison, event: Event = lambda _: None) -> dict[str, 
         "controllers": {m.name: m.kind for m in cmp.modes if m.controller},
         "sharing": cmp.setup.device.sharing.to_dict(),
         "cotenants": [cotenant_to_dict(j) for j in cmp.cotenants], **dict(cmp.extra),
-        "runs": runs, "summary": summary(runs),
+        "runs": runs, "summary": summary(runs), **({"failed": failed} if failed else {}),
     }

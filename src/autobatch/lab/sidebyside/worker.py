@@ -21,22 +21,25 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import numpy as np
 
 from autobatch.device.runner import CoTenantRunner
+from autobatch.errors import TritonError
 from autobatch.lab.device import DeviceMeter, DeviceTotals
 from autobatch.lab.sidebyside.layout import LEAD_IN, cotenant_from_dict
 from autobatch.lab.sidebyside.readings import DeviceReading, device_figures, parse_device_metrics
 from autobatch.load import LoadReport, RequestRecord, run_load
 from autobatch.schedule import Schedule, parse_schedule
 
-__all__ = ["WorkerSpec", "main", "run_worker", "summarise"]
+__all__ = ["WorkerSpec", "main", "retried", "run_worker", "summarise"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -91,10 +94,41 @@ class _Recorder:
         return len(recent) / span_s, (float(np.percentile(lats, 95)) if lats else None)
 
 
+READ_TRIES = 5
+"""A boundary read is tried this often, after 0.5, 1, 2 and 4 s, before the mode fails: a
+machine paused under the run (a VM snapshot) leaves a server that answers a moment later."""
+
+
 async def _device(client: httpx.AsyncClient, url: str) -> DeviceReading:
     r = await client.get(url)
     r.raise_for_status()
     return parse_device_metrics(r.text)
+
+
+async def retried(read: Callable[[], Awaitable[T]], what: str, tries: int = READ_TRIES,
+                  first_wait_s: float = 0.5) -> T:
+    """``read()``, tried again after a failed answer (:class:`httpx.HTTPError`,
+    :class:`~autobatch.errors.TritonError`) with the wait doubling; the last failure, named
+    with ``what`` and the tries, if every one failed."""
+    wait = first_wait_s
+    for attempt in range(1, tries + 1):
+        try:
+            return await read()
+        except (httpx.HTTPError, TritonError) as exc:
+            if attempt == tries:
+                last = f"{type(exc).__name__}: {exc}"
+                raise TritonError(f"{what}: {tries} tries failed, the last: {last}") from exc
+        await asyncio.sleep(wait)
+        wait *= 2
+    raise AssertionError("unreachable")
+
+
+async def _mark(client: httpx.AsyncClient, spec: WorkerSpec,
+                meter: DeviceMeter) -> tuple[DeviceReading, DeviceTotals]:
+    """The readings at a phase boundary: the device's counters and Triton's compute times."""
+    url = spec.device_metrics_url
+    return (await retried(lambda: _device(client, url), f"device metrics at {url}"),
+            await retried(meter.read, f"Triton stats at {spec.triton_http}"))
 
 
 async def _status(client: httpx.AsyncClient | None) -> dict[str, Any] | None:
@@ -141,11 +175,11 @@ async def run_worker(spec: WorkerSpec) -> dict[str, Any]:
     try:
         await asyncio.sleep(max(0.0, spec.start_at - time.monotonic()))
         t0_wall = time.time() - (time.monotonic() - spec.start_at)
-        marks = [(await _device(client, spec.device_metrics_url), await meter.read())]
+        marks = [await _mark(client, spec, meter)]
         poller = asyncio.ensure_future(meter.poll(stop))
         timeline = await _follow(spec, schedule, load, recorder, client, sidecar, meter, marks)
         report: LoadReport = await load
-        marks[-1] = (await _device(client, spec.device_metrics_url), await meter.read())
+        marks[-1] = await _mark(client, spec, meter)
     finally:
         stop.set()
         if poller is not None:
@@ -178,10 +212,14 @@ async def _follow(spec: WorkerSpec, schedule: Schedule, load: asyncio.Future[Any
     while not load.done():
         now = time.monotonic() - spec.start_at
         while len(marks) <= len(ends) and now >= ends[len(marks) - 1]:
-            marks.append((await _device(client, spec.device_metrics_url), await meter.read()))
+            marks.append(await _mark(client, spec, meter))
         if now >= next_sample:
             status = await _status(sidecar)
-            reading = await _device(client, spec.device_metrics_url)
+            try:
+                reading = await _device(client, spec.device_metrics_url)
+            except httpx.HTTPError:  # a second missing from the timeline; the boundaries retry
+                next_sample += 1.0
+                continue
             rps, p95 = recorder.last(now)
             fig = device_figures(prev, reading, spec.model_prefixes, [c["name"] for c in spec.cotenants])
             prev = reading
