@@ -168,7 +168,7 @@ def print_comparison(console: Console, result: Mapping[str, Any]) -> None:
             f"{m} {v['items_per_s']:.0f}/s p95 {v['p95_ms']:.0f}" for m, v in cot.items()))
     console.print("CPU headroom: " + headroom_line(headroom(result)))
     for f in result.get("failed", []):
-        console.print(f"repeat {f['repeat'] + 1} failed (then run again) in the group of "
+        console.print(f"repeat {f['repeat'] + 1} failed (try {f['retry'] + 1}) in the group of "
                       f"{', '.join(f['group'])}: {f['error']}")
 
 

@@ -111,16 +111,17 @@ async def retried(read: Callable[[], Awaitable[T]], what: str, tries: int = READ
     :class:`~autobatch.errors.TritonError`) with the wait doubling; the last failure, named
     with ``what`` and the tries, if every one failed."""
     wait = first_wait_s
-    for attempt in range(1, tries + 1):
+    for _ in range(tries - 1):
         try:
             return await read()
-        except (httpx.HTTPError, TritonError) as exc:
-            if attempt == tries:
-                last = f"{type(exc).__name__}: {exc}"
-                raise TritonError(f"{what}: {tries} tries failed, the last: {last}") from exc
-        await asyncio.sleep(wait)
-        wait *= 2
-    raise AssertionError("unreachable")
+        except (httpx.HTTPError, TritonError):
+            await asyncio.sleep(wait)
+            wait *= 2
+    try:
+        return await read()
+    except (httpx.HTTPError, TritonError) as exc:
+        last = f"{type(exc).__name__}: {exc}"
+        raise TritonError(f"{what}: {tries} tries failed, the last: {last}") from exc
 
 
 async def _mark(client: httpx.AsyncClient, spec: WorkerSpec,
