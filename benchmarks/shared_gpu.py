@@ -4,13 +4,14 @@
         --schedule examples/schedules/cotenants-step.yaml [--schedule step ...] \
         [--repeats 3] [--retries 1] [--group-size 3] [--lead-in 60] [--modes ...] [--no-save] [--json] \
         [--variant reload-nofreed=reload:policy.efficiency.min_freed_share=0]
+        [--static profiles/experiments/resnet50/wait25.yaml]
 
 Every mode runs at once, each on its own emulated GPU (an ``autobatch device``
 process with the same sharing policy, the schedule's co-tenant jobs on it at
 the same times) and its own Triton holding the emulated model (the config's
 curve), behind its own HAProxy, fed the same arrival trace (same seed):
-Triton's default, every other rung of the config's ladder held, the
-controller by reload (the config) and by gateway (``--gateway-config``, or
+Triton's default, every other rung of the config's ladder held, each
+``--static`` profile held, the controller by reload (the config) and by gateway (``--gateway-config``, or
 the config with examples/sidecar-gateway.yaml's actuator, one warm variant
 per rung on the mode's device, and without the reload-only guards
 ``efficiency.max_busy``, ``max_p95``, ``max_load``: the result says so as
@@ -41,9 +42,10 @@ from autobatch.config import load_yaml
 from autobatch.controller.config import load_sidecar_config
 from autobatch.curve import load_curve
 from autobatch.device.settings import DeviceSettings, load_device_config
+from autobatch.errors import AutobatchError
 from autobatch.lab.sidebyside import Comparison, StackSetup, modes_for, run_comparison
 from autobatch.plan.simulator.device import load_shared_device
-from autobatch.profiles import load_profiles
+from autobatch.profiles import load_profile, load_profiles
 from autobatch.schedule import load_schedule
 from autobatch.sharing import SharingModel
 
@@ -166,7 +168,13 @@ def comparison(args: argparse.Namespace, name: str, path: Path, gateway: Path,
         DeviceSettings(sharing=shared.sharing if shared else SharingModel())
     setup = StackSetup(model=cfg.model, curve=curve, device=device, ladder=ladder,
                        sidecar_config=Path(args.config), gateway_config=gateway)
-    modes = modes_for(ladder, default, start, args.modes.split(",") if args.modes else None, variants)
+    try:
+        statics = [load_profile(s) for s in args.static]
+        modes = modes_for(ladder, default, start, args.modes.split(",") if args.modes else None,
+                          variants, statics)
+    except AutobatchError as exc:
+        print(f"shared_gpu: {exc}", file=sys.stderr)
+        raise SystemExit(2) from exc
     return Comparison(
         name=name, schedule=schedule, setup=setup, modes=tuple(modes), slo_p95_ms=cfg.policy.slo_p95_ms,
         cotenants=jobs, seed=args.seed, repeats=args.repeats, group_size=args.group_size,
@@ -175,7 +183,8 @@ def comparison(args: argparse.Namespace, name: str, path: Path, gateway: Path,
                **({"gateway_config": _rel(args.gateway_config)} if args.gateway_config
                   else {"gateway_without": list(RELOAD_ONLY)}),
                **({"cotenants_file": _rel(args.cotenants)} if args.cotenants else {}),
-               **({"variants": args.variant} if args.variant else {})})
+               **({"variants": args.variant} if args.variant else {}),
+               **({"statics": [_rel(s) for s in args.static]} if args.static else {})})
 
 
 def code_version() -> str:
@@ -228,6 +237,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--modes", default="", help="comma-separated subset (the default always runs)")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=KIND[:KEY=VALUE,...]",
                     help="another controller mode: its kind's config with dotted keys set; repeatable")
+    ap.add_argument("--static", action="append", type=Path, default=[], metavar="PROFILE",
+                    help="a profile file held beside the ladder's rungs (a static a user might pick "
+                    "instead of the controller); a baseline of the comparison, in the oracle; repeatable")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--group-size", type=int, default=3, help="modes at once (the default among them)")
     ap.add_argument("--retries", type=int, default=1, help="failed repeats run again (a server that "

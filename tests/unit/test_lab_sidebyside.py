@@ -76,6 +76,19 @@ def test_a_variant_is_a_controller_with_its_own_config_beside_the_two() -> None:
         modes_for(LADDER, LADDER[0], LADDER[0], None, [("reload", "reload", Path("x.yaml"))])
 
 
+def test_a_static_off_the_ladder_is_held_beside_the_rungs_and_always_runs() -> None:
+    wait = prof("wait25")
+    modes = modes_for(LADDER, LADDER[0], LADDER[0], None, (), [wait])
+    held = [(m.name, m.kind, m.controller) for m in modes if m.name == "wait25"]
+    assert held == [("wait25", "static", False)]
+    assert [m.name for m in modes].index("wait25") < [m.name for m in modes].index("reload")
+    # Asked for by name: it runs whatever --modes keeps.
+    assert [m.name for m in modes_for(LADDER, LADDER[0], LADDER[0], ["reload"], (), [wait])] == \
+        ["triton-default", "wait25", "reload"]
+    with pytest.raises(ConfigError, match="name = 'aggressive': the name of another mode"):
+        modes_for(LADDER, LADDER[0], LADDER[0], None, (), [prof("aggressive")])
+
+
 @pytest.mark.parametrize(
     ("size", "want"),
     [

@@ -56,12 +56,20 @@ class ModeSpec:
 
 def modes_for(ladder: Sequence[Profile], default: Profile, start: Profile,
               wanted: Sequence[str] | None = None,
-              variants: Sequence[tuple[str, str, Path]] = ()) -> list[ModeSpec]:
-    """Triton's default, every other rung held, both controllers starting on ``start``, and
-    each variant (name, ``reload`` or ``gateway``, its own config); only the ``wanted`` names
-    when given (the baseline always runs)."""
+              variants: Sequence[tuple[str, str, Path]] = (),
+              statics: Sequence[Profile] = ()) -> list[ModeSpec]:
+    """Triton's default, every other rung held, each of ``statics`` held (profiles off the
+    ladder, e.g. the static profile a user would pick instead of a controller), both
+    controllers starting on ``start``, and each variant (name, ``reload`` or ``gateway``, its
+    own config); only the ``wanted`` names when given (the baseline and ``statics`` always
+    run: they were asked for by name)."""
     modes = [ModeSpec(BASELINE, "static", default)]
     modes += [ModeSpec(p.name, "static", p) for p in ladder if p.name != BASELINE]
+    for p in statics:
+        if p.name in {m.name for m in modes}:
+            raise ConfigError(f"static {p.source}: name = {p.name!r}: the name of another mode",
+                              field="name", value=p.name)
+        modes.append(ModeSpec(p.name, "static", p))
     modes += [ModeSpec(c, c, start) for c in CONTROLLERS]
     for name, kind, config in variants:
         if kind not in CONTROLLERS:
@@ -76,7 +84,8 @@ def modes_for(ladder: Sequence[Profile], default: Profile, start: Profile,
         if unknown:
             raise ConfigError(f"modes = {unknown[0]!r}: not a mode of this comparison ({', '.join(known)})",
                               field="modes", value=unknown[0])
-        modes = [m for m in modes if m.name == BASELINE or m.name in wanted]
+        extra = {p.name for p in statics}
+        modes = [m for m in modes if m.name == BASELINE or m.name in wanted or m.name in extra]
     return modes
 
 
