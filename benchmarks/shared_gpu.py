@@ -63,9 +63,13 @@ def schedule_path(name: str) -> Path:
     return p if p.suffix in (".yaml", ".yml") else EXAMPLES / "schedules" / f"{name}.yaml"
 
 
+PATH_KEYS = ("profiles.dir", "policy.curve", "server.token_file")
+"""The config's paths (relative to the config file that names them)."""
+
+
 def _absolute_paths(data: dict[str, Any], config: Path) -> dict[str, Any]:
     here = config.resolve().parent
-    for section, key in (("profiles", "dir"), ("policy", "curve"), ("server", "token_file")):
+    for section, key in (k.split(".") for k in PATH_KEYS):
         sub = dict(data.get(section) or {})
         if sub.get(key):
             sub[key] = str((here / sub[key]).resolve())
@@ -128,7 +132,8 @@ def settings_items(sets: str) -> list[str]:
 def variant(spec: str, reload: Path, gateway: Path, folder: Path) -> tuple[str, str, Path]:
     """``NAME=KIND[:a.b.c=VALUE,...]``: a controller beside the usual two, its kind's config with
     each dotted key set to the YAML value (e.g. ``policy.efficiency.min_freed_share=0``, or
-    ``actuator.steps=[25,100]``)."""
+    ``actuator.steps=[25,100]``); a path (:data:`PATH_KEYS`) is relative to the working
+    directory."""
     name, _, rest = spec.partition("=")
     kind, _, sets = rest.partition(":")
     if not name or kind not in ("reload", "gateway"):
@@ -140,6 +145,11 @@ def variant(spec: str, reload: Path, gateway: Path, folder: Path) -> tuple[str, 
         if not eq:
             raise SystemExit(f"shared_gpu: --variant {spec!r}: {item!r} is not KEY=VALUE")
         set_dotted(data, key, value)
+        if key in PATH_KEYS:
+            # A path given on the command line is relative to where it was typed, not to the
+            # variant's config, which is written to a temporary folder.
+            section, field = key.split(".")
+            data[section][field] = str(Path(data[section][field]).resolve())
     out = folder / f"variant-{name}.yaml"
     out.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return name, kind, out

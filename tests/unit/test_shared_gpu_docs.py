@@ -90,6 +90,20 @@ def test_a_variant_sets_a_list_value(tmp_path: Path) -> None:
     assert data["actuator"]["steps"] == [25, 100] and data["actuator"]["step_dwell_s"] == 1
 
 
+def test_a_variants_path_is_relative_to_where_it_was_typed(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import yaml
+
+    bench = load_benchmark("shared_gpu")
+    monkeypatch.chdir(ROOT)
+    _, _, out = bench.variant("wide=reload:profiles.dir=profiles/experiments/resnet50,"
+                              "profiles.ladder=[triton-default, wait25]",
+                              ROOT / "examples" / "sidecar-t4.yaml", tmp_path / "g.yaml", tmp_path)
+    data = yaml.safe_load(out.read_text(encoding="utf-8"))
+    assert data["profiles"]["dir"] == str(ROOT / "profiles" / "experiments" / "resnet50")
+    assert data["policy"]["curve"] == str(ROOT / "curves" / "t4-resnet50-fp16.yaml")  # the config's own
+
+
 def test_every_saved_runs_verdicts_are_what_the_code_computes_from_its_measurements() -> None:
     """The verdicts are recomputed from the saved phases and decision logs (a changed judge
     is applied with benchmarks/shared_gpu_reverdict.py); a result the code would judge
