@@ -116,6 +116,15 @@ def set_dotted(data: dict[str, Any], key: str, value: str) -> None:
     node[last] = yaml.safe_load(value)
 
 
+def set_setting(data: dict[str, Any], key: str, value: str, here: Path) -> None:
+    """:func:`set_dotted`, with a path (:data:`PATH_KEYS`) taken relative to ``here``, where it
+    was typed: a variant's config is written to a temporary folder, not beside the config."""
+    set_dotted(data, key, value)
+    if key in PATH_KEYS:
+        section, field = key.split(".")
+        data[section][field] = str((here / data[section][field]).resolve())
+
+
 def settings_items(sets: str) -> list[str]:
     """``a=1,b=[25, 100]`` -> ``["a=1", "b=[25, 100]"]``: split at the commas outside a YAML
     flow list or mapping, so that a value such as ``actuator.steps=[25,100]`` stays whole."""
@@ -144,12 +153,7 @@ def variant(spec: str, reload: Path, gateway: Path, folder: Path) -> tuple[str, 
         key, eq, value = item.partition("=")
         if not eq:
             raise SystemExit(f"shared_gpu: --variant {spec!r}: {item!r} is not KEY=VALUE")
-        set_dotted(data, key, value)
-        if key in PATH_KEYS:
-            # A path given on the command line is relative to where it was typed, not to the
-            # variant's config, which is written to a temporary folder.
-            section, field = key.split(".")
-            data[section][field] = str(Path(data[section][field]).resolve())
+        set_setting(data, key, value, Path.cwd())
     out = folder / f"variant-{name}.yaml"
     out.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return name, kind, out

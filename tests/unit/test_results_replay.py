@@ -175,5 +175,5 @@ def test_the_shared_gpu_logs_replay_through_the_config_they_ran(name: str, confi
         key, _, value = item.partition("=")
         if key.startswith("actuator."):  # how it moves (a gateway's steps), not what it decides
             continue
-        shared_gpu.set_dotted(data, key, value)
+        shared_gpu.set_setting(data, key, value, ROOT)  # the runs start at the repository's root
     _assert_replays(path, data, example)
