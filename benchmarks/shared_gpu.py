@@ -29,6 +29,7 @@ import argparse
 import gzip
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -266,7 +267,18 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def exit_on_sigterm() -> None:
+    """A SIGTERM (``kill``, a CI timeout) ends the run as Ctrl-C does: by an exception, so that
+    every server it started (devices, Tritons, HAProxies, workers) is stopped on the way out.
+    Python's default for SIGTERM ends the process at once and leaves them all running."""
+    def handler(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def main() -> None:
+    exit_on_sigterm()
     args = parser().parse_args()
     console = Console(stderr=args.json, width=200)
     tmp = Path(tempfile.mkdtemp(prefix="ab-shared-gpu-"))

@@ -139,3 +139,24 @@ def test_the_headroom_line_names_the_rest_of_the_machine_only_where_it_was_recor
     h = report.headroom(result)
     assert h["others_cores_max"] >= 1.3 and h["steal_cores_max"] >= 0.25
     assert "the rest of the machine used at most" in report.headroom_line(h)
+
+
+def test_a_sigterm_ends_the_run_by_an_exception_so_its_servers_are_stopped() -> None:
+    import os
+    import signal
+
+    bench = load_benchmark("shared_gpu")
+    before = signal.getsignal(signal.SIGTERM)
+    cleaned = []
+    try:
+        bench.exit_on_sigterm()
+        with pytest.raises(SystemExit) as exc:
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)  # the handler runs before the next line
+                cleaned.append("not reached")
+            finally:
+                cleaned.append("stopped")
+        assert exc.value.code == 128 + signal.SIGTERM
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert cleaned == ["stopped"]
