@@ -11,7 +11,8 @@ process with the same sharing policy, the schedule's co-tenant jobs on it at
 the same times) and its own Triton holding the emulated model (the config's
 curve), behind its own HAProxy, fed the same arrival trace (same seed):
 Triton's default, every other rung of the config's ladder held, each
-``--static`` profile held, the controller by reload (the config) and by gateway (``--gateway-config``, or
+``--static`` profile held, the controller by reload (the config) and by
+gateway (``--gateway-config``, or
 the config with examples/sidecar-gateway.yaml's actuator, one warm variant
 per rung on the mode's device, and without the reload-only guards
 ``efficiency.max_busy``, ``max_p95``, ``max_load``: the result says so as
