@@ -45,7 +45,7 @@ from autobatch.controller.config import load_sidecar_config
 from autobatch.curve import load_curve
 from autobatch.device.settings import DeviceSettings, load_device_config
 from autobatch.errors import AutobatchError
-from autobatch.lab.sidebyside import Comparison, StackSetup, modes_for, run_comparison
+from autobatch.lab.sidebyside import Comparison, StackSetup, check_sidecar_configs, modes_for, run_comparison
 from autobatch.plan.simulator.device import load_shared_device
 from autobatch.profiles import load_profile, load_profiles
 from autobatch.schedule import load_schedule
@@ -188,6 +188,7 @@ def comparison(args: argparse.Namespace, name: str, path: Path, gateway: Path,
         statics = [load_profile(s) for s in args.static]
         modes = modes_for(ladder, default, start, args.modes.split(",") if args.modes else None,
                           variants, statics)
+        check_sidecar_configs(modes, setup)
     except AutobatchError as exc:
         print(f"shared_gpu: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc

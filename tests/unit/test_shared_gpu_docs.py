@@ -104,6 +104,50 @@ def test_a_variants_path_is_relative_to_where_it_was_typed(tmp_path: Path,
     assert data["policy"]["curve"] == str(ROOT / "curves" / "t4-resnet50-fp16.yaml")  # the config's own
 
 
+@pytest.mark.parametrize(("ladder", "rungs", "error"), [
+    ("[triton-default, wait25]", ["triton-default", "wait25"], None),
+    ("[triton-default, aggressive, wait25]", ["triton-default", "aggressive", "wait25"], None),
+    ("[triton-default, nope]", ["triton-default"], "profiles.ladder[1] = 'nope': no such profile"),
+])
+def test_a_gateway_variant_serves_the_rungs_of_its_own_ladder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               ladder: str, rungs: list[str],
+                                                               error: str | None) -> None:
+    """A gateway variant with another ladder gets one warm variant per rung of its own ladder
+    (not the comparison's), and a bad one is a ConfigError before any server starts."""
+    from autobatch.controller.config import load_sidecar_config
+    from autobatch.curve import load_curve
+    from autobatch.device.settings import DeviceSettings
+    from autobatch.errors import ConfigError
+    from autobatch.lab.serve import TritonUrls
+    from autobatch.lab.sidebyside import StackSetup, check_sidecar_configs
+    from autobatch.lab.sidebyside.layout import ModeSpec
+    from autobatch.lab.sidebyside.stack import mode_ladder, sidecar_mapping
+
+    bench = load_benchmark("shared_gpu")
+    monkeypatch.chdir(ROOT)
+    config = ROOT / "examples" / "sidecar-t4.yaml"
+    gateway = bench.gateway_config(config, tmp_path / "gateway.yaml")
+    spec = f"gw=gateway:profiles.dir=profiles/experiments/resnet50,profiles.ladder={ladder}"
+    _, kind, out = bench.variant(spec, config, gateway, tmp_path)
+    cfg = load_sidecar_config(config)
+    setup = StackSetup(model=cfg.model, curve=load_curve(ROOT / "curves" / "t4-resnet50-fp16.yaml"),
+                       device=DeviceSettings(), ladder=tuple(cfg.profiles), sidecar_config=config,
+                       gateway_config=gateway)
+    mode = ModeSpec("gw", kind, cfg.profiles[0], out)
+    assert [p.name for p in mode_ladder(mode, setup)] == rungs
+    assert [p.name for p in mode_ladder(ModeSpec("gateway", "gateway", cfg.profiles[0]), setup)] == \
+        ["triton-default", "aggressive"]
+    data = sidecar_mapping(mode, setup, triton=TritonUrls("127.0.0.1", 1, 2, 3), listen="127.0.0.1:4",
+                           dcgm_url="http://127.0.0.1:5/metrics", socket=tmp_path / "admin.sock",
+                           decision_log=tmp_path / "d.jsonl")
+    assert list(data["actuator"]["variants"]) == rungs
+    if error is None:
+        check_sidecar_configs([mode], setup)
+    else:
+        with pytest.raises(ConfigError, match=error.replace("[", r"\[").replace("]", r"\]")):
+            check_sidecar_configs([mode], setup)
+
+
 def test_every_saved_runs_verdicts_are_what_the_code_computes_from_its_measurements() -> None:
     """The verdicts are recomputed from the saved phases and decision logs (a changed judge
     is applied with benchmarks/shared_gpu_reverdict.py); a result the code would judge

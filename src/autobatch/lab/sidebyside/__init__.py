@@ -9,6 +9,7 @@ themselves are :mod:`autobatch.lab.compare`'s. docs/benchmarks.md says how.
 
 from autobatch.lab.sidebyside.layout import BASELINE, ModeSpec, group_modes, modes_for
 from autobatch.lab.sidebyside.run import Comparison, run_comparison
-from autobatch.lab.sidebyside.stack import StackSetup
+from autobatch.lab.sidebyside.stack import StackSetup, check_sidecar_configs
 
-__all__ = ["BASELINE", "Comparison", "ModeSpec", "StackSetup", "group_modes", "modes_for", "run_comparison"]
+__all__ = ["BASELINE", "Comparison", "ModeSpec", "StackSetup", "check_sidecar_configs", "group_modes",
+           "modes_for", "run_comparison"]

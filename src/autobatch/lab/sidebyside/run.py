@@ -48,7 +48,7 @@ from autobatch.lab.sidebyside.layout import (
     statics_of,
     with_lead_in,
 )
-from autobatch.lab.sidebyside.stack import ModeStack, StackSetup
+from autobatch.lab.sidebyside.stack import ModeStack, StackSetup, check_sidecar_configs
 from autobatch.lab.sidebyside.worker import WorkerSpec
 from autobatch.schedule import Schedule
 
@@ -373,6 +373,7 @@ def run_comparison(cmp: Comparison, event: Event = lambda _: None) -> dict[str, 
     """Every repeat of every group; the figures, the verdicts per repeat and their summary,
     and any repeat that failed and was run again (``failed``)."""
     groups = group_modes(cmp.modes, cmp.group_size)
+    check_sidecar_configs(cmp.modes, cmp.setup)
     with tempfile.TemporaryDirectory(prefix="ab-sbs-") as tmp:
         runs, failed = run_repeats(cmp, groups, cmp.keep or Path(tmp), event)
     return {

@@ -13,7 +13,7 @@ import contextlib
 import re
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,11 +28,12 @@ from autobatch.device.settings import DeviceSettings
 from autobatch.lab.closed_loop import SidecarProcess
 from autobatch.lab.gpu import DeviceProcess, emulated_repository
 from autobatch.lab.haproxy import HAProxyProcess, http_rewrite_config
-from autobatch.lab.serve import TritonServer, free_port
+from autobatch.lab.serve import TritonServer, TritonUrls, free_port
 from autobatch.lab.sidebyside.layout import ModeSpec
-from autobatch.profiles import Profile
+from autobatch.profiles import Profile, load_profiles
 
-__all__ = ["BACKEND", "ModeStack", "StackSetup", "variant_model", "variant_server"]
+__all__ = ["BACKEND", "ModeStack", "StackSetup", "check_sidecar_configs", "mode_ladder", "sidecar_mapping",
+           "variant_model", "variant_server"]
 
 BACKEND = "be_variants"
 SERVER = "model"
@@ -81,7 +82,7 @@ class ModeStack:
                                       metrics=Address(setup.device.metrics.host, 0))
         self.device = stack.enter_context(DeviceProcess(settings, log_path=workdir / "device.log"))
         gateway = mode.kind == "gateway"
-        profiles = setup.ladder if gateway else (mode.profile,)
+        profiles = mode_ladder(mode, setup) if gateway else (mode.profile,)
         self.models = [variant_model(setup.model, p.name) for p in profiles] if gateway else [setup.model]
         repo = emulated_repository(workdir / "repo", self.models)
         self.triton = _triton(repo, workdir, stack)
@@ -127,30 +128,71 @@ class ModeStack:
         return [f"{m}_" for m in self.models]
 
     def _sidecar_config(self) -> tuple[Path, str]:
-        gateway = self.mode.kind == "gateway"
-        path = self.mode.config or (self.setup.gateway_config if gateway else self.setup.sidecar_config)
-        data = dict(load_yaml(path))
-        here = path.resolve().parent
         listen = f"127.0.0.1:{free_port()}"
-        data["model"] = self.setup.model
-        data["triton"] = {"http_url": self.triton.urls.http, "metrics_url": self.triton.urls.metrics,
-                          "grpc_url": self.triton.urls.grpc}
-        data["server"] = _server(data.get("server"), listen, here)
-        data["profiles"] = _absolute(data["profiles"], "dir", here)
-        data["policy"] = _absolute(data.get("policy") or {}, "curve", here)
-        data["signals"] = _signals(data.get("signals") or {}, self.device.metrics_url)
-        data["decision_log"] = str(self.workdir / "decisions.jsonl")
-        data.pop("state_file", None)
-        if gateway:
-            act = dict(data["actuator"])
-            act.update(socket=str(self.socket), backend=BACKEND, variants={
-                p.name: {"server": variant_server(p.name), "model": variant_model(self.setup.model, p.name)}
-                for p in self.setup.ladder})
-            data["actuator"] = act
         out = self.workdir / "sidecar.yaml"
+        data = sidecar_mapping(self.mode, self.setup, triton=self.triton.urls, listen=listen,
+                               dcgm_url=self.device.metrics_url, socket=self.socket,
+                               decision_log=self.workdir / "decisions.jsonl")
         out.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-        sidecar_config_from_mapping(data, str(out), base=out.parent)  # a bad config fails here, not later
+        sidecar_config_from_mapping(data, str(out), base=out.parent)
         return out, f"http://{listen}"
+
+
+def mode_ladder(mode: ModeSpec, setup: StackSetup) -> tuple[Profile, ...]:
+    """The rungs a controller mode switches between: a variant's own (its config may name
+    another ``profiles.dir`` and ``profiles.ladder``), else the comparison's. A name its
+    folder lacks is left out here; the config's check names it."""
+    if mode.config is None:
+        return setup.ladder
+    section = load_yaml(mode.config).get("profiles") or {}
+    names = section.get("ladder")
+    if not isinstance(names, list) or not names:
+        return setup.ladder
+    folder = mode.config.resolve().parent / str(section.get("dir", f"profiles/{setup.model}"))
+    available = load_profiles(folder) if folder.is_dir() else {}
+    return tuple(available[n] for n in names if isinstance(n, str) and n in available)
+
+
+def sidecar_mapping(mode: ModeSpec, setup: StackSetup, *, triton: TritonUrls, listen: str, dcgm_url: str,
+                    socket: Path, decision_log: Path) -> dict[str, Any]:
+    """A controller mode's sidecar config pointed at its own servers: its Triton, the
+    device's dcgm metrics, the gateway's
+    HAProxy admin ``socket`` and one variant per rung of the mode's ladder."""
+    gateway = mode.kind == "gateway"
+    path = mode.config or (setup.gateway_config if gateway else setup.sidecar_config)
+    data = dict(load_yaml(path))
+    here = path.resolve().parent
+    data["model"] = setup.model
+    data["triton"] = {"http_url": triton.http, "metrics_url": triton.metrics, "grpc_url": triton.grpc}
+    data["server"] = _server(data.get("server"), listen, here)
+    data["profiles"] = _absolute(data["profiles"], "dir", here)
+    data["policy"] = _absolute(data.get("policy") or {}, "curve", here)
+    data["signals"] = _signals(data.get("signals") or {}, dcgm_url)
+    data["decision_log"] = str(decision_log)
+    data.pop("state_file", None)
+    if gateway:
+        act = dict(data["actuator"])
+        act.update(socket=str(socket), backend=BACKEND, variants={
+            p.name: {"server": variant_server(p.name), "model": variant_model(setup.model, p.name)}
+            for p in mode_ladder(mode, setup)})
+        data["actuator"] = act
+    return data
+
+
+def check_sidecar_configs(modes: Sequence[ModeSpec], setup: StackSetup) -> None:
+    """Every controller mode's sidecar config as its stack will write it (placeholder
+    addresses), checked before any server starts: a bad variant is one ConfigError naming
+    its file and field, not a failed repeat after the servers came up."""
+    for mode in modes:
+        if not mode.controller:
+            continue
+        path = mode.config or (setup.gateway_config if mode.kind == "gateway" else setup.sidecar_config)
+        source, here = str(path), path.resolve().parent
+        data = sidecar_mapping(
+            mode, setup, triton=TritonUrls("127.0.0.1", 1, 1, 1),
+            listen="127.0.0.1:1", dcgm_url="http://127.0.0.1:1/metrics", socket=here / "admin.sock",
+            decision_log=here / "decisions.jsonl")
+        sidecar_config_from_mapping(data, source, base=here)
 
 
 def _triton(repo: Path, workdir: Path, stack: contextlib.ExitStack) -> TritonServer:
