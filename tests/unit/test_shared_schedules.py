@@ -11,7 +11,7 @@ import pytest
 
 from autobatch.curve import load_curve
 from autobatch.plan.simulator import ServiceModel, load_shared_device
-from autobatch.plan.switching import switching_map
+from autobatch.plan.switching import SwitchingKind, SwitchingMap, switching_map
 from autobatch.profiles import load_profiles
 from autobatch.schedule import load_schedule
 
@@ -24,7 +24,7 @@ def _module(name: str) -> ModuleType:
     return load_benchmark(name)
 
 
-@pytest.mark.parametrize("name", ["cotenants-step", "cotenants-ramp", "cotenants-day"])
+@pytest.mark.parametrize("name", ["cotenants-step", "cotenants-ramp", "cotenants-day", "cotenants-linger"])
 def test_no_static_profile_is_right_in_every_phase_and_switching_pays(name: str) -> None:
     path = SCHEDULES / f"{name}.yaml"
     schedule = load_schedule(path)
@@ -48,6 +48,42 @@ def test_no_static_profile_is_right_in_every_phase_and_switching_pays(name: str)
     assert {p.profile for p in m.oracle.phases if p.phase in alone} == {"aggressive"}
     assert default.device_ms > 1.25 * m.oracle.device_ms
     assert "aggressive uses" in m.verdict.message and "goes over the SLO in" in m.verdict.message
+
+
+def _wait25_map(name: str) -> SwitchingMap:
+    """``name`` over the ladder [triton-default, wait25] (profiles/experiments/resnet50)."""
+    path = SCHEDULES / f"{name}.yaml"
+    schedule = load_schedule(path)
+    device = load_shared_device(schedule=path)
+    assert device is not None
+    profiles = load_profiles(PROFILES / "experiments" / "resnet50")
+    return switching_map([profiles["triton-default"], profiles["wait25"]],
+                         ServiceModel(load_curve(CURVES / "t4-resnet50-fp16.yaml"), fixed_latency_ms=2.0),
+                         schedule, slo_ms=60.0, slo_share=0.05, device=device.for_schedule(schedule),
+                         label=name)
+
+
+@pytest.mark.parametrize("name", ["cotenants-step", "cotenants-ramp", "cotenants-day"])
+def test_a_25_ms_wait_is_right_in_every_phase_of_the_first_three(name: str) -> None:
+    """The first three were designed against the shipped ladder, whose waiting rung waits
+    17 ms: a 25 ms wait makes batches big enough to leave room for the co-tenants, and holds
+    every phase within a point of the default at about half its device time."""
+    m = _wait25_map(name)
+    assert m.verdict.kind is SwitchingKind.STATIC and m.verdict.best_static == "wait25", m.verdict.message
+    assert m.static("wait25").device_ms < 0.55 * m.static("triton-default").device_ms
+
+
+def test_cotenants_linger_is_where_the_25_ms_wait_breaks() -> None:
+    """Both co-tenants stay as the load falls to 40/s: the batches do not fill, every one is
+    stretched, and wait25 goes over by more than a point where the default holds, so
+    switching pays over [triton-default, wait25] too."""
+    m = _wait25_map("cotenants-linger")
+    assert m.verdict.switching_pays, m.verdict.message
+    wait25, default = m.static("wait25"), m.static("triton-default")
+    over = {p.phase: (p.over_slo, q.over_slo) for p, q in zip(wait25.phases, default.phases, strict=True)}
+    assert [ph for ph, (w, d) in over.items() if w > d + 0.01] == ["low-shared"]
+    assert {p.phase: p.profile for p in m.oracle.phases}["low-shared"] == "triton-default"
+    assert m.oracle.device_ms < 0.65 * default.device_ms
 
 
 def test_the_docs_tables_are_the_newest_saved_run() -> None:
