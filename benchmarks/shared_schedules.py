@@ -1,6 +1,6 @@
 """The GPU ladders and the shared-GPU schedules, planned and saved; docs/ladders.md's tables from the file.
 
-    .venv/bin/python benchmarks/shared_schedules.py           # 3 ladders, 11 schedule plans (~5-10 min)
+    .venv/bin/python benchmarks/shared_schedules.py           # 3 ladders, 12 schedule plans (~5-10 min)
     .venv/bin/python benchmarks/shared_schedules.py --docs    # docs/ladders.md's tables from the newest run
     .venv/bin/python benchmarks/shared_schedules.py --check   # exit 1 if those tables differ from it
 
@@ -49,6 +49,7 @@ LADDERS = (("resnet50", "resnet50", FP16, 32, 150.0), ("resnet50-fp32", "resnet5
 # (schedule, curve, the schedule's peak rate)
 SCHEDULES = (
     ("cotenants-step", FP16, 150.0), ("cotenants-ramp", FP16, 200.0), ("cotenants-day", FP16, 250.0),
+    ("cotenants-linger", FP16, 150.0),
     *((name, curve, peak) for curve in (FP16, FP32)
       for name, peak in (("step", 350.0), ("bursty", 150.0), ("ramp", 380.0), ("rise-fall", 300.0))),
 )
