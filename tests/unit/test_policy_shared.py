@@ -256,3 +256,41 @@ def test_the_efficiency_rule_judges_the_stretched_predictions_and_the_others_sha
     s = settings(trust=Trust(p95_settle_s=0.0))
     rec = efficiency(ctx("triton-default", dwin(100.0, batch=2.0, **window), s))
     assert (rec is not None and rec.reason is Reason.EFFICIENCY and rec.target > 0) is fires, (why, rec)
+
+
+# -- a climb the shared rule would undo -----------------------------------------------------------
+
+WAIT25 = Profile("wait25", 32, (32,), 25000)
+
+
+@pytest.mark.parametrize(
+    ("rate", "batch", "stretch", "others", "mean_ms", "climbs", "why"),
+    [
+        (35.0, 1.2, 1.71, 0.47, 27.5, False,
+         "40/s with two co-tenants (cotenants-linger, 2026-12-04): wait25 predicted ~49 ms from "
+         "the default's window, but its own requests would read ~70"),
+        (150.0, 2.3, 1.07, 0.0, 21.0, True, "alone at 150/s: the floor is not the shared rule's"),
+        (40.0, 1.1, 1.0, 0.0, 13.5, True, "alone at 40/s"),
+    ],
+)
+def test_no_climb_on_a_shared_device_that_the_shared_rule_would_undo(
+        rate: float, batch: float, stretch: float, others: float, mean_ms: float, climbs: bool,
+        why: str) -> None:
+    """The climbs of cotenants-linger's low-shared phase that the shared rule undid 5-8 s
+    later, in all six runs: the efficiency rule now reads the target's p95 as the shared rule
+    would once it serves, and refuses it there; alone it still climbs."""
+    from autobatch.policy.rules import efficiency
+    from autobatch.policy.settings import Efficiency
+
+    s = settings(ladder=(DEFAULT, WAIT25), efficiency=Efficiency(headroom=0.85), trust=Trust(p95_settle_s=0.0))
+    c = ctx("triton-default", dwin(100.0, rate=rate, batch=batch, stretch=stretch, others=others,
+                                   mean_ms=mean_ms, p95_ms=30.0), s)
+    rec = efficiency(c)
+    assert (rec is not None and rec.target == 1) is climbs, (why, rec, c.p95_predicted, c.p95_once_live)
+    if not climbs:
+        assert c.p95_predicted[1] < 0.85 * SLO < SLO < c.p95_once_live[1], why
+        # ... and the shared rule, on wait25's own window there, moves back: the same reading.
+        on = ctx("wait25", dwin(100.0, rate=rate, batch=2.1, stretch=1.9, others=others, mean_ms=45.7,
+                                p95_ms=49.0), s)
+        back = shared(on)
+        assert back is not None and back.target == 0, why

@@ -208,6 +208,16 @@ def wait_ms(p: Profile, rate_rps: float) -> float:
     return min(delay, max(0.0, fill))
 
 
+def mean_wait_ms(p: Profile, rate_rps: float) -> float:
+    """A request's mean wait for its batch: the batch's first request waits the whole
+    :func:`wait_ms`, those arriving meanwhile (Poisson, up to the preferred size) half of it."""
+    t = wait_ms(p, rate_rps)
+    if t <= 0:
+        return 0.0
+    k = min(rate_rps * t / 1000.0, max(0.0, min(p.effective_preferred) - 1.0))
+    return (t + k * t / 2.0) / (1.0 + k)
+
+
 class P95Parts(NamedTuple):
     """A profile's p95 as two parts: what a request waits before its batch runs, and its
     batch's run with the device to itself (which others, sharing it, stretch)."""

@@ -20,6 +20,7 @@ from autobatch.policy.capacity import (
     capacities,
     device_ms_estimate,
     device_stretch,
+    mean_wait_ms,
     p95_parts,
 )
 from autobatch.policy.forecast import Forecast, holt
@@ -91,6 +92,12 @@ class Context:
     (:func:`~autobatch.policy.capacity.p95_estimate`), times what the live profile's requests
     showed the estimate misses (its p95 no lower than ``p95_per_mean`` x the window's mean
     request time). Empty elsewhere: the rules read the summary p95 there."""
+    p95_once_live: Mapping[int, float] = field(default_factory=dict)
+    """Where :attr:`p95_predicted` is given: each profile's p95 as the shared rule would read it
+    once that profile serves: its prediction, no lower than ``p95_per_mean`` x its own mean
+    request time (the window's, with the live profile's mean wait for a batch and run swapped
+    for its own). The floor multiplies a waiting profile's wait too, so a climb the shared
+    rule would undo at once is seen before it is made."""
 
     @property
     def device_seen(self) -> bool:
@@ -277,7 +284,8 @@ def build_context(history: Sequence[Observation], state: State, settings: Policy
         costs=_device_costs(w, state, s, current, curve, demand, stretch),
         failures_rps=sum(v for k, v in (w.failure_rps or {}).items() if k in s.protective.failure_reasons),
         p95_trusted=trusted, p95_stale=stale, breach=over and stale is None, stretch=stretch,
-        p95_predicted=_p95_predicted(w, s, current, curve, demand, stretch),
+        p95_predicted=(pred := _p95_predicted(w, s, current, curve, demand, stretch)),
+        p95_once_live=_p95_once_live(w, s, current, curve, demand, stretch, pred),
     )
 
 
@@ -400,6 +408,20 @@ def _p95_predicted(w: Observation, s: PolicySettings, current: int, curve: Batch
     now = max(live.p95_ms(stretch), seen)
     tail = max(stretch, (now - live.ahead_ms) / live.run_ms) if live.run_ms > 0 else stretch
     return {i: part.p95_ms(tail) for i, part in parts.items()}
+
+
+def _p95_once_live(w: Observation, s: PolicySettings, current: int, curve: BatchCurve | None,
+                   demand: float, stretch: float, pred: Mapping[int, float]) -> dict[int, float]:
+    """:attr:`Context.p95_once_live` (empty where ``pred`` is, or without a mean request time)."""
+    if not pred or curve is None or w.mean_request_ms is None:
+        return {}
+    n = w.instance_count
+
+    def own(p: Profile) -> float:
+        return mean_wait_ms(p, demand) + p95_parts(p, demand, curve, n, stretch).run_ms * stretch
+
+    rest = max(0.0, w.mean_request_ms - own(s.ladder[current]))
+    return {i: max(pred[i], s.device.p95_per_mean * (rest + own(p))) for i, p in enumerate(s.ladder)}
 
 
 def _round(x: float | None, digits: int = 1) -> float | None:

@@ -250,6 +250,7 @@ def relief(ctx: Context) -> Recommendation | None:
 def efficiency(ctx: Context) -> Recommendation | None:
     """A profile above saves ``efficiency.min_saving`` of the device time per request and frees
     ``efficiency.min_freed_share`` of the instances' time, its predicted p95 stays under headroom x SLO
+    (and, on a shared device, under the SLO as the shared rule would read it once it serves)
     and it carries the load, with room to make the move (``efficiency.max_busy``,
     ``efficiency.max_load``, ``efficiency.max_p95``): a step toward throughput."""
     return _step_up(ctx).move
@@ -319,10 +320,11 @@ RULES: tuple[Rule, ...] = (
         "efficiency.max_load", "stability.stabilization_drop")),
     # efficiency
     Rule("efficiency", efficiency, (
-        "p95_trusted", "p95_predicted", "breach", "costs", "capacity", "load", "curve", "window.p95_ms",
-        "window.utilization", "window.others_share", "window.busy_share", "efficiency.headroom",
-        "efficiency.util_ceiling", "efficiency.min_saving", "efficiency.min_freed_share",
-        "efficiency.max_busy", "efficiency.max_load", "efficiency.max_p95")),
+        "p95_trusted", "p95_predicted", "p95_once_live", "breach", "costs", "capacity", "load", "curve",
+        "window.p95_ms", "window.utilization", "window.others_share", "window.busy_share",
+        "window.mean_request_ms", "efficiency.headroom", "efficiency.util_ceiling", "efficiency.min_saving",
+        "efficiency.min_freed_share", "efficiency.max_busy", "efficiency.max_load", "efficiency.max_p95",
+        "device.shared_min", "device.p95_per_mean")),
     Rule("efficiency", low_load, (
         "costs", "capacity", "window.busy_share", "efficiency.wait_max_busy", "efficiency.latency_tolerance",
         "efficiency.min_freed_share", "capacity.margin")),
@@ -511,8 +513,13 @@ def _search_above(ctx: Context, p95_ms: float, limit_ms: float) -> Search:
         added = (wait_ms(nxt, demand) - wait_ms(cur, demand)) + max(
             0.0, batch_ms(curve, b) - batch_ms(curve, b_cur))
         predicted = pred[i] if pred else p95_ms + max(0.0, added)
+        once = ctx.p95_once_live.get(i) if ctx.shared else None
         if predicted >= limit_ms:
             refused.append(f"{nxt.name} saves {saving.share:.0%} but its p95 would be ~{predicted:.0f} ms")
+        elif once is not None and once > s.slo_p95_ms + EPS:
+            # The shared rule would read this from the profile's own requests and move back.
+            refused.append(f"{nxt.name} saves {saving.share:.0%} but, serving on the shared device, its "
+                           f"p95 would read ~{once:.0f} ms > SLO {s.slo_p95_ms:g} ms")
         elif c is not None and c < demand * s.capacity.margin:
             refused.append(f"{nxt.name} carries only {c:.0f}/s")
         elif best is None or saving.share > best.share + EPS:
