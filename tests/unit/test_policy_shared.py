@@ -282,7 +282,8 @@ def test_no_climb_on_a_shared_device_that_the_shared_rule_would_undo(
     from autobatch.policy.rules import efficiency
     from autobatch.policy.settings import Efficiency
 
-    s = settings(ladder=(DEFAULT, WAIT25), efficiency=Efficiency(headroom=0.85), trust=Trust(p95_settle_s=0.0))
+    s = settings(ladder=(DEFAULT, WAIT25), efficiency=Efficiency(headroom=0.85),
+                 trust=Trust(p95_settle_s=0.0))
     c = ctx("triton-default", dwin(100.0, rate=rate, batch=batch, stretch=stretch, others=others,
                                    mean_ms=mean_ms, p95_ms=30.0), s)
     rec = efficiency(c)
