@@ -274,6 +274,7 @@ def build_context(history: Sequence[Observation], state: State, settings: Policy
     p99_over = s.slo_p99_ms is not None and w.p99_ms is not None and w.p99_ms > s.slo_p99_ms
     over = trusted and w.p95_ms is not None and (w.p95_ms > s.slo_p95_ms or p99_over)
     mean = w.mean_request_ms
+    predicted, once_live = _p95_predictions(w, s, current, curve, demand, stretch)
     stale = None
     if over and mean is not None and mean < s.trust.breach_min_mean * s.slo_p95_ms - EPS:
         stale = f"mean request {mean:.1f} ms < {s.trust.breach_min_mean:g} x SLO"
@@ -284,8 +285,7 @@ def build_context(history: Sequence[Observation], state: State, settings: Policy
         costs=_device_costs(w, state, s, current, curve, demand, stretch),
         failures_rps=sum(v for k, v in (w.failure_rps or {}).items() if k in s.protective.failure_reasons),
         p95_trusted=trusted, p95_stale=stale, breach=over and stale is None, stretch=stretch,
-        p95_predicted=(pred := _p95_predicted(w, s, current, curve, demand, stretch)),
-        p95_once_live=_p95_once_live(w, s, current, curve, demand, stretch, pred),
+        p95_predicted=predicted, p95_once_live=once_live,
     )
 
 
@@ -392,36 +392,29 @@ def _remember_device(state: State, w: Observation, current: Profile, demand: flo
     return replace(state, device=device)
 
 
-def _p95_predicted(w: Observation, s: PolicySettings, current: int, curve: BatchCurve | None, demand: float,
-                   stretch: float) -> dict[int, float]:
-    """:attr:`Context.p95_predicted` (empty off a device the policy sees, or without a curve).
+def _p95_predictions(w: Observation, s: PolicySettings, current: int, curve: BatchCurve | None,
+                     demand: float, stretch: float) -> tuple[dict[int, float], dict[int, float]]:
+    """:attr:`Context.p95_predicted` and :attr:`Context.p95_once_live` (both empty off a device
+    the policy sees, or without a curve; the second also without a mean request time).
 
     The live profile's p95 is its estimate, but no lower than ``p95_per_mean`` x the window's
     mean request time: co-tenants make some batches much slower than the mean stretch, and
     the requests show by how much. The batch run that explains it (the tail stretch) then
     stretches every other profile's batch too."""
     if w.others_share is None or curve is None:
-        return {}
+        return {}, {}
     parts = {i: p95_parts(p, demand, curve, w.instance_count, stretch) for i, p in enumerate(s.ladder)}
     live = parts[current]
     seen = 0.0 if w.mean_request_ms is None else s.device.p95_per_mean * w.mean_request_ms
     now = max(live.p95_ms(stretch), seen)
     tail = max(stretch, (now - live.ahead_ms) / live.run_ms) if live.run_ms > 0 else stretch
-    return {i: part.p95_ms(tail) for i, part in parts.items()}
-
-
-def _p95_once_live(w: Observation, s: PolicySettings, current: int, curve: BatchCurve | None,
-                   demand: float, stretch: float, pred: Mapping[int, float]) -> dict[int, float]:
-    """:attr:`Context.p95_once_live` (empty where ``pred`` is, or without a mean request time)."""
-    if not pred or curve is None or w.mean_request_ms is None:
-        return {}
-    n = w.instance_count
-
-    def own(p: Profile) -> float:
-        return mean_wait_ms(p, demand) + p95_parts(p, demand, curve, n, stretch).run_ms * stretch
-
-    rest = max(0.0, w.mean_request_ms - own(s.ladder[current]))
-    return {i: max(pred[i], s.device.p95_per_mean * (rest + own(p))) for i, p in enumerate(s.ladder)}
+    pred = {i: part.p95_ms(tail) for i, part in parts.items()}
+    if w.mean_request_ms is None:
+        return pred, {}
+    # Each profile's own part of a mean request: its mean wait for a batch and its batch's run.
+    own = {i: mean_wait_ms(p, demand) + parts[i].run_ms * stretch for i, p in enumerate(s.ladder)}
+    rest = max(0.0, w.mean_request_ms - own[current])
+    return pred, {i: max(pred[i], s.device.p95_per_mean * (rest + own[i])) for i in pred}
 
 
 def _round(x: float | None, digits: int = 1) -> float | None:

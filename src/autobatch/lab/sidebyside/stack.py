@@ -156,8 +156,8 @@ def mode_ladder(mode: ModeSpec, setup: StackSetup) -> tuple[Profile, ...]:
 def sidecar_mapping(mode: ModeSpec, setup: StackSetup, *, triton: TritonUrls, listen: str, dcgm_url: str,
                     socket: Path, decision_log: Path) -> dict[str, Any]:
     """A controller mode's sidecar config pointed at its own servers: its Triton, the
-    device's dcgm metrics, the gateway's
-    HAProxy admin ``socket`` and one variant per rung of the mode's ladder."""
+    device's dcgm metrics, and for a gateway its HAProxy admin ``socket`` and one variant
+    per rung of the mode's ladder."""
     gateway = mode.kind == "gateway"
     path = mode.config or (setup.gateway_config if gateway else setup.sidecar_config)
     data = dict(load_yaml(path))
