@@ -31,7 +31,20 @@ from typing import Any
 RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = RESULTS.parents[1]
 
-__all__ = ["RESULTS", "fill_blocks", "machine", "row", "save_result", "sync_blocks"]
+__all__ = ["RENAMED_CONFIGS", "RESULTS", "config_as_run", "fill_blocks", "machine", "row", "save_result",
+           "sync_blocks"]
+
+RENAMED_CONFIGS = {"examples/sidecar-t4.yaml": ("20261204-181500", "examples/sidecar-t4-aggressive.yaml")}
+"""A config whose contents changed under its name: the runs saved before the stamp ran what the
+other file holds (the T4 sidecar climbed to ``aggressive`` until 2026-12-04 18:15 UTC)."""
+
+
+def config_as_run(config: str, stamp: str) -> Path:
+    """The file holding the config ``config`` (a path from the repository's root, as a saved
+    run names it) as it was when the run stamped ``stamp`` (its result's file stem) ran: the
+    decision logs replay through it, and verdicts are recomputed with its ladder."""
+    cut, old = RENAMED_CONFIGS.get(config, ("", config))
+    return ROOT / (old if stamp < cut else config)
 
 
 def machine() -> dict[str, Any]:

@@ -27,6 +27,7 @@ from typing import Any
 from autobatch.lab.sidebyside.run import decisions_from_log, summary, verdicts
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import config_as_run  # noqa: E402
 from shared_gpu import code_version, comparison, gateway_config, parser, schedule_path, variant  # noqa: E402
 from shared_gpu_report import rows_for  # noqa: E402
 
@@ -47,6 +48,7 @@ def reverdict(path: Path) -> tuple[dict[str, Any], list[str]]:
     data = doc["data"]
     argv = shlex.split(doc["command"])[2:]  # "python benchmarks/shared_gpu.py ..."
     args = parser().parse_args(argv)
+    args.config = config_as_run(str(args.config), path.stem)  # the config as it was then
     with tempfile.TemporaryDirectory(prefix="ab-reverdict-") as tmp:
         gateway = args.gateway_config or gateway_config(args.config, Path(tmp) / "gateway.yaml")
         variants = [variant(v, args.config, gateway, Path(tmp)) for v in args.variant]

@@ -30,3 +30,10 @@ def load_benchmark(name: str, module_name: str | None = None) -> ModuleType:
     sys.modules[spec.name] = mod  # dataclasses resolve their module by name
     spec.loader.exec_module(mod)
     return mod
+
+
+
+def config_as_run(config: str, stamp: str) -> Path:
+    """The file holding the config a saved run names as it was when the run ran
+    (benchmarks/record.py, ``config_as_run``)."""
+    return load_benchmark("record").config_as_run(config, stamp)

@@ -50,7 +50,7 @@ def places(tmp_path: Path) -> Path:
     (tmp_path / "bad.yaml").write_text("policy: [\n")
     (tmp_path / "nomodel.yaml").write_text("policy:\n  slo_p95_ms: 50\n")
     config = yaml.safe_load((ROOT / "examples" / "sidecar-t4.yaml").read_text())
-    config["profiles"]["dir"] = str(ROOT / "profiles" / "resnet50")
+    config["profiles"]["dir"] = str(ROOT / "profiles" / "sidecar-t4" / "resnet50")
     config["server"].pop("token_file")
     config["policy"].pop("curve")
     (tmp_path / "nocurve.yaml").write_text(yaml.safe_dump(config))

@@ -31,6 +31,7 @@ from autobatch.policy.context import steady_load
 from autobatch.policy.settings import FLAT, CapacitySettings
 from autobatch.signals import Window
 
+from ..conftest import config_as_run
 from .test_policy_memory import LADDER, ONE_INSTANCE, win
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,7 +128,7 @@ def _demo(max_step: float | None) -> tuple[list[ReplayStep], float, tuple[float,
     """The demo's log replayed through the config it ran, with ``learn_max_step``; the log's
     first tick, and the alone phase's start and end (wall clock)."""
     data = json.loads(DEMO.read_text(encoding="utf-8"))["data"]
-    example = ROOT / data["config"]
+    example = config_as_run(data["config"], DEMO.stem)
     cfg = sidecar_config_from_mapping(dict(load_yaml(example)), str(example), base=example.parent)
     policy = replace(cfg.policy, capacity=replace(cfg.policy.capacity, learn_max_step=max_step))
     with gzip.open(DEMO_LOG, "rt", encoding="utf-8") as f:

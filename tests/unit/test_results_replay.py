@@ -14,6 +14,8 @@ The reaction runs (``benchmarks/reaction.py``, ``results/reaction/*.json``, logs
 ``logs/<file>-steps.jsonl.gz`` and ``-ramp``) are held to the same rule, through
 ``examples/sidecar.yaml`` on the ladder the run recorded (``data.ladder``); the
 saved demo runs (``benchmarks/demo.py``, ``results/demo/``) through ``examples/sidecar.yaml``.
+A config whose contents changed under its name replays the runs before the change through the
+file that now holds the old contents (``tests/conftest.py``, ``RENAMED_CONFIGS``).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from autobatch.config import load_yaml
 from autobatch.controller.config import sidecar_config_from_mapping
 from autobatch.plan.replay import parse_trace, replay
 
-from ..conftest import load_benchmark
+from ..conftest import config_as_run, load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "closed_loop"
@@ -127,7 +129,7 @@ def test_the_demo_logs_replay_through_the_shipped_policy(name: str, config: str)
     (``examples/sidecar.yaml`` before the shared-GPU demo, which names its own)."""
     path = DEMO / "logs" / name
     assert path.is_file(), f"{path} is missing: benchmarks/demo.py saves it beside its result"
-    example = ROOT / config
+    example = config_as_run(config, name.split("-controller")[0])
     _assert_replays(path, dict(load_yaml(example)), example)
 
 
@@ -168,7 +170,7 @@ def test_the_shared_gpu_logs_replay_through_the_config_they_ran(name: str, confi
                                                                 drops: tuple[str, ...]) -> None:
     path = SHARED / "logs" / name
     assert path.is_file(), f"{path} is missing: benchmarks/shared_gpu.py saves it beside its result"
-    example = ROOT / config
+    example = config_as_run(config, name[:15])
     data = dict(load_yaml(example))
     data["policy"] = shared_gpu.without_reload_guards(dict(data.get("policy") or {}), drops)
     for item in shared_gpu.settings_items(sets):  # a variant: its settings as shared_gpu.py set them

@@ -125,7 +125,7 @@ def test_a_gateway_variant_serves_the_rungs_of_its_own_ladder(tmp_path: Path, mo
 
     bench = load_benchmark("shared_gpu")
     monkeypatch.chdir(ROOT)
-    config = ROOT / "examples" / "sidecar-t4.yaml"
+    config = ROOT / "examples" / "sidecar-t4-aggressive.yaml"  # a comparison over another ladder
     gateway = bench.gateway_config(config, tmp_path / "gateway.yaml")
     spec = f"gw=gateway:profiles.dir=profiles/experiments/resnet50,profiles.ladder={ladder}"
     _, kind, out = bench.variant(spec, config, gateway, tmp_path)
