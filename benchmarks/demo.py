@@ -4,7 +4,7 @@
 
 Runs what `autobatch demo` runs (the controller of examples/sidecar-t4.yaml,
 Triton's default held and the ladder's top rung held, at the same time, each on
-its own emulated GPU with the co-tenant of examples/schedules/demo.yaml
+its own emulated GPU with the co-tenants of examples/schedules/demo.yaml
 arriving mid-run, fed the same requests), prints the same table, switches and
 verdict lines, and saves the runs and the comparisons as
 benchmarks/results/demo/<time>.json, with the sidecar's decision log beside it
@@ -35,7 +35,7 @@ CONFIG = "examples/sidecar-t4.yaml"
 def rows_for(done: Any) -> list[dict[str, Any]]:
     """One row per static run, its figure the demo's own verdict line against that run."""
     return [
-        row(f"demo (`autobatch demo`), {done.setup.curve}, the three at once on their own GPUs, a co-tenant "
+        row(f"demo (`autobatch demo`), {done.setup.curve}, the three at once on their own GPUs, co-tenants "
             f"mid-run: the controller against {c.against} held", line,
             key=f"demo_shared_device_vs_{c.against}", value=c.device_ratio, unit="x", value_name="device")
         for c, line in zip(done.comparisons, demo_verdict_lines(done), strict=True)
