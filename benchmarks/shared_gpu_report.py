@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import statistics
 import sys
 from collections.abc import Mapping, Sequence
@@ -233,6 +234,18 @@ def _fig(s: Mapping[str, Any] | None, fmt: str = "{:.2f}") -> str:
     return "-" if not s else f"{fmt.format(s['median'])} ({s['spread']:.3f})"
 
 
+def top_rung(data: Mapping[str, Any], mode: str) -> str:
+    """The top rung of ``mode``'s ladder: a variant's own ``profiles.ladder=[...]``, else the
+    comparison's (``data.ladder``). The T4 sidecar's climbed to ``aggressive`` until
+    2026-12-04 and to ``wait25`` since, under one name: this tells their rows apart."""
+    for spec in data.get("variants") or []:
+        name, _, rest = spec.partition("=")
+        found = re.search(r"profiles\.ladder=\[([^\]]*)\]", rest) if name == mode else None
+        if found:
+            return found.group(1).split(",")[-1].strip()
+    return str(data["ladder"][-1])
+
+
 def docs_rows(doc: Mapping[str, Any]) -> list[str]:
     """One line per controller of one saved comparison."""
     data = doc["data"]
@@ -252,7 +265,8 @@ def docs_rows(doc: Mapping[str, Any]) -> list[str]:
         base = cot.get("triton-default", {}).get("items_per_s")
         items = "-" if not mine or not base else f"{mine:.0f} ({mine / base:.2f}x)"
         out.append(
-            f"| {data['schedule']} | {mode} | {_fig(s.get('worst_excess_points'), '{:+.1f}')} "
+            f"| {data['schedule']} | {mode} (to {top_rung(data, mode)}) | "
+            f"{_fig(s.get('worst_excess_points'), '{:+.1f}')} "
             f"(target {vs[0]['target_points']:g}) | "
             f"{_fig(s.get('worst_beside_default_points'), '{:+.1f}')} | {_fig(s.get('device_vs_default'))} | "
             f"{_fig(s.get('device_vs_oracle'))} | {sum(s['every_static_loses'])}/"
@@ -265,8 +279,8 @@ def docs_rows(doc: Mapping[str, Any]) -> list[str]:
 
 def docs_table(results: Path = RESULTS) -> str:
     lines = [
-        "| schedule | controller | worst phase, points over the best static | the same, beside its "
-        "group's default | device vs default | device vs oracle | every static loses | "
+        "| schedule | controller (to its top rung) | worst phase, points over the best static | "
+        "the same, beside its group's default | device vs default | device vs oracle | every static loses | "
         "one static is the answer | reaction, windows | "
         "co-tenants' items/s (vs default) | load avg / send lag p99 ms / late share | run, code |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",

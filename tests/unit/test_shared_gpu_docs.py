@@ -26,6 +26,16 @@ def test_the_docs_table_is_the_saved_runs() -> None:
         assert doc["_file"] in docs
 
 
+@pytest.mark.parametrize(("mode", "top"), [("reload", "aggressive"), ("gw-w25", "wait25"),
+                                           ("gw-steps", "aggressive")])
+def test_each_row_names_the_top_rung_its_controller_climbed_to(mode: str, top: str) -> None:
+    """The T4 sidecar's ladder changed under its name: a row says which it ran."""
+    data = {"ladder": ["triton-default", "aggressive"],
+            "variants": ["gw-w25=gateway:profiles.dir=p,profiles.ladder=[triton-default, wait25],a.b=1",
+                         "gw-steps=gateway:actuator.steps=[25, 100]"]}
+    assert _report().top_rung(data, mode) == top
+
+
 def test_a_new_run_makes_the_table_stale(tmp_path: Path) -> None:
     report = _report()
     runs = sorted(report.RESULTS.glob("*.json"))
