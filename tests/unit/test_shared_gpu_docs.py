@@ -117,7 +117,8 @@ def test_a_variants_path_is_relative_to_where_it_was_typed(tmp_path: Path,
 @pytest.mark.parametrize(("ladder", "rungs", "error"), [
     ("[triton-default, wait25]", ["triton-default", "wait25"], None),
     ("[triton-default, aggressive, wait25]", ["triton-default", "aggressive", "wait25"], None),
-    ("[triton-default, nope]", ["triton-default"], "profiles.ladder[1] = 'nope': no such profile"),
+    ("[triton-default, nope]", ["triton-default"],
+     "variant 'gw': profiles.ladder[1] = 'nope': no such profile"),
 ])
 def test_a_gateway_variant_serves_the_rungs_of_its_own_ladder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                ladder: str, rungs: list[str],
@@ -154,7 +155,7 @@ def test_a_gateway_variant_serves_the_rungs_of_its_own_ladder(tmp_path: Path, mo
     if error is None:
         check_sidecar_configs([mode], setup)
     else:
-        with pytest.raises(ConfigError, match=error.replace("[", r"\[").replace("]", r"\]")):
+        with pytest.raises(ConfigError, match="^" + error.replace("[", r"\[").replace("]", r"\]")):
             check_sidecar_configs([mode], setup)
 
 

@@ -182,12 +182,15 @@ def sidecar_mapping(mode: ModeSpec, setup: StackSetup, *, triton: TritonUrls, li
 def check_sidecar_configs(modes: Sequence[ModeSpec], setup: StackSetup) -> None:
     """Every controller mode's sidecar config as its stack will write it (placeholder
     addresses), checked before any server starts: a bad variant is one ConfigError naming
-    its file and field, not a failed repeat after the servers came up."""
+    the variant (or the config file) and the field, not a failed repeat after the servers came
+    up."""
     for mode in modes:
         if not mode.controller:
             continue
         path = mode.config or (setup.gateway_config if mode.kind == "gateway" else setup.sidecar_config)
-        source, here = str(path), path.resolve().parent
+        here = path.resolve().parent
+        # a variant's config is a file the run wrote: name the variant, as it was typed
+        source = f"variant {mode.name!r}" if mode.config else str(path)
         data = sidecar_mapping(
             mode, setup, triton=TritonUrls("127.0.0.1", 1, 1, 1),
             listen="127.0.0.1:1", dcgm_url="http://127.0.0.1:1/metrics", socket=here / "admin.sock",
