@@ -60,3 +60,45 @@ def test_the_device_reads_as_the_models_own_before_and_after_the_co_tenants() ->
     assert alone and all(s.decision.signals.get("device") == "own" for s in alone
                          if "device" in s.decision.signals)
     assert not any(s.decision.reason is Reason.SHARED for s in alone)
+
+
+# -- the saved demo on the shipped T4 config: the same property on a whole run -------------------
+
+ROOT = DATA.parents[1]
+DEMO = ROOT / "benchmarks" / "results" / "demo" / "20261204-181755.json"
+
+
+def test_the_demos_co_tenants_are_answered_within_two_windows_through_the_shipped_config() -> None:
+    """``benchmarks/demo.py`` of 2026-12-04 18:17 (examples/sidecar-t4.yaml, ladder
+    [triton-default, wait25]; examples/schedules/demo.yaml): its decision log, replayed
+    through the config it ran, decides what it decided, and the first switch after the two
+    co-tenants arrive is the shared rule's, to the default, within two windows."""
+    from autobatch.config import load_yaml
+    from autobatch.controller.config import sidecar_config_from_mapping
+
+    from ..conftest import config_as_run
+
+    data = json.loads(DEMO.read_text(encoding="utf-8"))["data"]
+    example = config_as_run(data["config"], DEMO.stem)
+    cfg = sidecar_config_from_mapping(dict(load_yaml(example)), str(example), base=example.parent)
+    log = DEMO.parent / "logs" / f"{DEMO.stem}-controller.jsonl.gz"
+    with gzip.open(log, "rt", encoding="utf-8") as f:
+        ticks = parse_trace(f, log.name)
+    out = replay(ticks, cfg.policy, history_windows=cfg.history_windows)
+    assert all(s.agrees for s in out)
+    run = data["runs"]["controller"]
+    ends = {}
+    at = run["t0_wall"]
+    for phase in run["phases"]:
+        at += phase["duration_s"]
+        ends[phase["name"]] = at
+    arrival = ends["alone"]  # the co-tenants come with the `shared` phase
+    interval = cfg.interval_s
+    first = next(s for s in out if s.tick.now_s > arrival and s.decision.switch)
+    assert first.decision.reason is Reason.SHARED and first.decision.target == "triton-default", \
+        first.decision.message
+    assert first.tick.now_s - arrival <= 2 * interval, first.tick.now_s - arrival
+    # it held wait25 through the alone phase, and climbed back once they left
+    assert not [s for s in out if ends["lead-in"] < s.tick.now_s <= arrival and s.decision.switch]
+    back = next(s for s in out if s.tick.now_s > ends["shared"] and s.decision.switch)
+    assert back.decision.target == "wait25"
