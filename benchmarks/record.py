@@ -34,9 +34,11 @@ ROOT = RESULTS.parents[1]
 __all__ = ["RENAMED_CONFIGS", "RESULTS", "config_as_run", "fill_blocks", "machine", "row", "save_result",
            "sync_blocks"]
 
-RENAMED_CONFIGS = {"examples/sidecar-t4.yaml": ("20261204-181500", "examples/sidecar-t4-aggressive.yaml")}
+RENAMED_CONFIGS = {"examples/sidecar-t4.yaml": ("20261204-181600", "examples/sidecar-t4-aggressive.yaml")}
 """A config whose contents changed under its name: the runs saved before the stamp ran what the
-other file holds (the T4 sidecar climbed to ``aggressive`` until 2026-12-04 18:15 UTC)."""
+other file holds (the T4 sidecar climbed to ``aggressive`` until 2026-12-04 18:16 UTC). A result
+is stamped when it is saved, at its end: the cut falls between the last run of the old
+contents (bursty, saved 18:15:28) and the first of the new (the demo, 18:17:55)."""
 
 
 def config_as_run(config: str, stamp: str) -> Path:
