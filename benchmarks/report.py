@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record import fill_blocks, sync_blocks  # noqa: E402
+from record import config_as_run, fill_blocks, sync_blocks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -126,12 +126,21 @@ def _shown(docs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, A
     return out
 
 
+def _ran(doc: dict[str, Any]) -> Path | None:
+    """The config a run ran, as it was then (record.config_as_run): a row's range covers only
+    the runs of the same contents (the T4 sidecar's ladder changed under its name)."""
+    data = doc.get("data")
+    config = data.get("config") if isinstance(data, dict) else None
+    return config_as_run(config, Path(doc["_file"]).stem) if isinstance(config, str) else None
+
+
 def _line(docs: list[dict[str, Any]], doc: dict[str, Any], r: dict[str, Any], page: Path) -> str:
-    """One table line: the row, its range over the benchmark's runs, the run it comes from."""
+    """One table line: the row, its range over the benchmark's runs of the same config, the run
+    it comes from."""
     figure = r["figure"]
     key = r.get("key")
     if key is not None:
-        values = [x["value"] for d in docs for x in d["rows"]
+        values = [x["value"] for d in docs if _ran(d) == _ran(doc) for x in d["rows"]
                   if x.get("key") == key and isinstance(x.get("value"), (int, float))]
         if len(values) > 1:
             low, high, unit = _fmt(min(values)), _fmt(max(values)), r.get("unit", "")

@@ -180,3 +180,19 @@ def test_the_closed_loop_table_reads_each_runs_comparison(tmp_path: Path) -> Non
     (line,) = _body(report.closed_loop_table(tmp_path))
     assert line.startswith("| step | 2 | reload | 0.3% / 1.0% / 0.2% (efficient) | **0.80x** / 0.75x | "
                            "0.75x | 1.20x |")
+
+
+def test_a_range_covers_only_the_runs_of_the_same_config_contents(tmp_path: Path) -> None:
+    """examples/sidecar-t4.yaml changed its ladder at 2026-12-04 18:16: a row's range over the
+    saved runs does not mix the runs before (record.RENAMED_CONFIGS) with those after."""
+    d = tmp_path / "demo"
+    d.mkdir()
+    row = {"what": "demo", "figure": "device 0.65x", "key": "dev", "value": 0.65, "unit": "x"}
+    for stem, value in (("20261202-133024", 0.91), ("20261204-181755", 0.65), ("20261204-190000", 0.7)):
+        date = f"{stem[:4]}-{stem[4:6]}-{stem[6:8]}T{stem[9:11]}:{stem[11:13]}:00Z"
+        doc = {"benchmark": "demo", "date": date,
+               "command": "python benchmarks/demo.py", "machine": {},
+               "data": {"config": "examples/sidecar-t4.yaml"},
+               "rows": [{**row, "value": value, "command": "python benchmarks/demo.py"}]}
+        (d / f"{stem}.json").write_text(json.dumps(doc), encoding="utf-8")
+    assert "device 0.65x (over 2 runs: 0.65-0.7x)" in report.table(tmp_path)
