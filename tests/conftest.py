@@ -32,7 +32,6 @@ def load_benchmark(name: str, module_name: str | None = None) -> ModuleType:
     return mod
 
 
-
 def config_as_run(config: str, stamp: str) -> Path:
     """The file holding the config a saved run names as it was when the run ran
     (benchmarks/record.py, ``config_as_run``)."""

@@ -15,7 +15,7 @@ The reaction runs (``benchmarks/reaction.py``, ``results/reaction/*.json``, logs
 ``examples/sidecar.yaml`` on the ladder the run recorded (``data.ladder``); the
 saved demo runs (``benchmarks/demo.py``, ``results/demo/``) through ``examples/sidecar.yaml``.
 A config whose contents changed under its name replays the runs before the change through the
-file that now holds the old contents (``tests/conftest.py``, ``RENAMED_CONFIGS``).
+file that now holds the old contents (``benchmarks/record.py``, ``RENAMED_CONFIGS``).
 """
 
 from __future__ import annotations

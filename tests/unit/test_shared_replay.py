@@ -17,11 +17,15 @@ import gzip
 import json
 from pathlib import Path
 
+from autobatch.config import load_yaml
+from autobatch.controller.config import sidecar_config_from_mapping
 from autobatch.curve import BatchCurve
 from autobatch.plan.replay import parse_trace, replay
 from autobatch.policy import PolicySettings, Reason
 from autobatch.policy.settings import Stability
 from autobatch.profiles import Profile
+
+from ..conftest import ROOT, config_as_run
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 META = json.loads((DATA / "shared-arrival.meta.json").read_text(encoding="utf-8"))
@@ -64,7 +68,6 @@ def test_the_device_reads_as_the_models_own_before_and_after_the_co_tenants() ->
 
 # -- the saved demo on the shipped T4 config: the same property on a whole run -------------------
 
-ROOT = DATA.parents[1]
 DEMO = ROOT / "benchmarks" / "results" / "demo" / "20261204-181755.json"
 
 
@@ -73,11 +76,6 @@ def test_the_demos_co_tenants_are_answered_within_two_windows_through_the_shippe
     [triton-default, wait25]; examples/schedules/demo.yaml): its decision log, replayed
     through the config it ran, decides what it decided, and the first switch after the two
     co-tenants arrive is the shared rule's, to the default, within two windows."""
-    from autobatch.config import load_yaml
-    from autobatch.controller.config import sidecar_config_from_mapping
-
-    from ..conftest import config_as_run
-
     data = json.loads(DEMO.read_text(encoding="utf-8"))["data"]
     example = config_as_run(data["config"], DEMO.stem)
     cfg = sidecar_config_from_mapping(dict(load_yaml(example)), str(example), base=example.parent)
