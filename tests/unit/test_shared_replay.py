@@ -17,6 +17,8 @@ import gzip
 import json
 from pathlib import Path
 
+import pytest
+
 from autobatch.config import load_yaml
 from autobatch.controller.config import sidecar_config_from_mapping
 from autobatch.curve import BatchCurve
@@ -100,3 +102,52 @@ def test_the_demos_co_tenants_are_answered_within_two_windows_through_the_shippe
     assert not [s for s in out if ends["lead-in"] < s.tick.now_s <= arrival and s.decision.switch]
     back = next(s for s in out if s.tick.now_s > ends["shared"] and s.decision.switch)
     assert back.decision.target == "wait25"
+
+
+# -- the saved shared-GPU runs on the shipped T4 config where the co-tenants' arrival needed a move --
+
+EBB = ROOT / "benchmarks" / "results" / "shared_gpu" / "20261204-211414.json"
+
+
+def _ebb_runs() -> list[tuple[str, float]]:
+    """(controller log name, the co-tenants' arrival in seconds into the run) for each controller
+    of each repeat of ``EBB``: benchmarks/shared_gpu.py on examples/schedules/cotenants-ebb.yaml,
+    where two batch jobs arrive as the load ebbs to 40/s (``low-three``)."""
+    data = json.loads(EBB.read_text(encoding="utf-8"))["data"]
+    out = []
+    for run in data["runs"]:
+        for g, group in enumerate(run["groups"]):
+            for mode in sorted(set(group["modes"]) & {"reload", "gateway"}):
+                phases = group["modes"][mode]["phases"]
+                names = [p["name"] for p in phases]
+                arrival = sum(p["duration_s"] for p in phases[:names.index("low-three")])
+                out.append((f"{EBB.stem}-cotenants-ebb-r{run['repeat']}-g{g}-{mode}.jsonl.gz", arrival))
+    return out
+
+
+@pytest.mark.parametrize(("name", "arrival"), _ebb_runs())
+def test_cotenants_ebb_arrival_is_answered_within_two_windows_through_the_shipped_config(
+        name: str, arrival: float) -> None:
+    """Each controller log of the cotenants-ebb run, replayed through the config it ran,
+    decides what it decided, and the first switch after the two batch jobs arrive is the
+    shared rule's, to the default, within two windows; it held wait25 until then."""
+    data = json.loads(EBB.read_text(encoding="utf-8"))["data"]
+    example = config_as_run(data["config"], EBB.stem)
+    cfg = sidecar_config_from_mapping(dict(load_yaml(example)), str(example), base=example.parent)
+    assert [p.name for p in cfg.policy.ladder] == ["triton-default", "wait25"]
+    log = EBB.parent / "logs" / name
+    with gzip.open(log, "rt", encoding="utf-8") as f:
+        ticks = parse_trace(f, log.name)
+    out = replay(ticks, cfg.policy, history_windows=cfg.history_windows)
+    assert out and all(s.agrees for s in out)
+    mode = name.rsplit("-", 1)[1].split(".")[0]
+    run = next(r for r in data["runs"] for g in r["groups"]
+               if mode in g["modes"] and name.startswith(f"{EBB.stem}-cotenants-ebb-r{r['repeat']}-"))
+    t0 = next(g["modes"][mode]["t0_wall"] for g in run["groups"] if mode in g["modes"])
+    at = t0 + arrival
+    first = next(s for s in out if s.tick.now_s > at and s.decision.switch)
+    assert first.decision.reason is Reason.SHARED and first.decision.target == "triton-default", \
+        first.decision.message
+    assert first.tick.now_s - at <= 2 * cfg.interval_s, first.tick.now_s - at
+    held = [s.decision.current for s in out if at - 10 < s.tick.now_s <= at]
+    assert held and set(held) == {"wait25"}
