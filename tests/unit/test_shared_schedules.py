@@ -1,7 +1,10 @@
 """The shared-GPU schedules (examples/schedules/cotenants-*.yaml) are what they were designed
-to be: on the T4 mixed-precision curve with the shipped ladder (profiles/resnet50), SLO p95
-60 ms, no static profile is right in every phase and switching pays; docs/ladders.md's
-tables come from the newest saved run of benchmarks/shared_schedules.py."""
+to be, on the T4 mixed-precision curve, SLO p95 60 ms: over the plan's ladder
+(profiles/resnet50) no static profile is right in every phase of -step, -ramp, -day and
+-linger and switching pays; over the T4 sidecar's ladder (profiles/sidecar-t4/resnet50,
+[triton-default, wait25]) one static is the answer on the first three, and switching pays on
+-linger, -ebb and -nightly. docs/ladders.md's tables come from the newest saved run of
+benchmarks/shared_schedules.py."""
 
 from __future__ import annotations
 
