@@ -13,10 +13,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from autobatch.lab.compare import oracle
 from autobatch.lab.sidebyside.layout import statics_of
 
-__all__ = ["cotenant_figures", "headroom", "headroom_line", "merged_modes", "print_comparison", "rows_for",
-           "verdict_line"]
+__all__ = ["cotenant_figures", "headroom", "headroom_line", "ladder_oracle", "merged_modes",
+           "print_comparison", "rows_for", "verdict_line"]
 
 CONTROLLERS = ("reload", "gateway")
 
@@ -308,13 +309,46 @@ def check(results: Path = RESULTS, page: Path = DOCS) -> bool:
     return sync_blocks(page, {BLOCK: lambda: docs_table(results)}, check=True)
 
 
+def ladder_oracle(result: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per repeat and controller: its device time against the verdict's oracle (over every
+    static profile the run held, those off the ladder included) and against the oracle over
+    the ladder's own rungs, the most a controller on that ladder could reach; the same
+    reaction time. Each is None where that oracle has no choice in some phase."""
+    data = result["data"]
+    ladder = set(data["ladder"])
+    out = []
+    for run in data["runs"]:
+        statics = statics_of(run["groups"], set(controllers(result)))
+        rungs = {m: _measured(r) for m, r in statics.items() if m in ladder}
+        durations = [p["duration_s"] for p in next(iter(rungs.values()))] if rungs else []
+        for mode, v in run["verdicts"]["controllers"].items():
+            orc = v.get("oracle") or {}
+            mine = oracle(rungs, durations, orc.get("react_s") or 0.0) if rungs else None
+            out.append({"repeat": run["repeat"], "mode": mode, "vs_oracle": v.get("device_vs_oracle"),
+                        "vs_ladder_oracle": None if mine is None or not v.get("device_ms")
+                        else v["device_ms"] / mine.device_ms,
+                        "ladder_oracle_picks": None if mine is None else list(mine.profiles)})
+    return out
+
+
 def main() -> None:
     import argparse
 
     ap = argparse.ArgumentParser(description="docs/shared-gpu.md's table of the side-by-side runs")
     ap.add_argument("--docs", action="store_true", help="rewrite the table")
     ap.add_argument("--check", action="store_true", help="exit 1 when the table is stale")
+    ap.add_argument("--ladder-oracle", metavar="FILE", type=Path,
+                    help="a saved run: each controller against the oracle over every static it held "
+                         "and over its ladder's rungs alone")
     args = ap.parse_args()
+    if args.ladder_oracle:
+        import json
+
+        for row in ladder_oracle(json.loads(args.ladder_oracle.read_text(encoding="utf-8"))):
+            print(f"repeat {row['repeat']} {row['mode']}: device {_r(row['vs_oracle'])}x the oracle's, "
+                  f"{_r(row['vs_ladder_oracle'])}x the ladder's own oracle's "
+                  f"({', '.join(str(p) for p in row['ladder_oracle_picks'] or [])})")
+        return
     if args.check:
         sys.exit(0 if check() else
                  f"{DOCS.relative_to(ROOT)}: stale; run benchmarks/shared_gpu_report.py --docs")

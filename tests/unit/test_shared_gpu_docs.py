@@ -36,6 +36,19 @@ def test_each_row_names_the_top_rung_its_controller_climbed_to(mode: str, top: s
     assert _report().top_rung(data, mode) == top
 
 
+def test_the_ladder_oracle_leaves_out_the_statics_off_the_ladder() -> None:
+    """cotenants-linger on the shipped ladder, `aggressive` held beside: the verdict's oracle
+    takes `aggressive` in low-shared (the controllers miss 1.1x it); over [triton-default,
+    wait25] alone the oracle takes the default there, and the controllers come within 1.1x."""
+    doc = json.loads((ROOT / "benchmarks" / "results" / "shared_gpu" / "20261204-200215.json")
+                     .read_text(encoding="utf-8"))
+    rows = _report().ladder_oracle(doc)
+    assert len(rows) == 6 and {r["mode"] for r in rows} == {"reload", "gateway"}
+    assert all(r["vs_oracle"] > 1.1 and r["vs_ladder_oracle"] < 1.1 for r in rows), rows
+    assert all(r["ladder_oracle_picks"][3] == "triton-default" for r in rows)
+    assert all(set(r["ladder_oracle_picks"]) <= set(doc["data"]["ladder"]) for r in rows)
+
+
 def test_a_new_run_makes_the_table_stale(tmp_path: Path) -> None:
     report = _report()
     runs = sorted(report.RESULTS.glob("*.json"))
