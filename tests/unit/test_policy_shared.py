@@ -295,3 +295,40 @@ def test_no_climb_on_a_shared_device_that_the_shared_rule_would_undo(
                                 p95_ms=49.0), s)
         back = shared(on)
         assert back is not None and back.target == 0, why
+
+
+# -- device.act_p95: where the shared rule acts, below the SLO ---------------------------------------
+
+
+@pytest.mark.parametrize(("act", "moves"), [(1.0, False), (0.95, True)])
+def test_the_shared_rule_acts_at_act_p95_x_the_slo(act: float, moves: bool) -> None:
+    """wait25 predicted at ~58.5 ms on a shared device (its requests' mean x p95_per_mean):
+    under the SLO, over 0.95 x it. At the default 1 the rule holds (cotenants-step's
+    arrival on 2026-12-04 read so for two windows); at 0.95 it moves to the default."""
+    from autobatch.policy.settings import DeviceSettings
+
+    s = settings(ladder=(DEFAULT, WAIT25), device=DeviceSettings(act_p95=act))
+    c = ctx("wait25", dwin(100.0, rate=150, batch=4.8, stretch=1.6, others=0.4, mean_ms=39.0, p95_ms=40.0), s)
+    assert 0.95 * SLO < c.p95_predicted[1] < SLO
+    rec = shared(c)
+    assert (rec is not None) is moves
+    if rec is not None:
+        assert rec.target == 0 and "> 0.95 x SLO 57 ms" in rec.message, rec.message
+
+
+@pytest.mark.parametrize(("act", "climbs"), [(1.0, True), (0.95, False)])
+def test_a_climb_is_refused_where_the_shared_rule_would_act(act: float, climbs: bool) -> None:
+    """The climb check reads the same line as the shared rule, so that a climb it allows is
+    not undone a window later: wait25 would read ~58 ms once serving."""
+    from autobatch.policy.rules import efficiency
+    from autobatch.policy.settings import DeviceSettings, Efficiency
+
+    s = settings(ladder=(DEFAULT, WAIT25), efficiency=Efficiency(headroom=0.85),
+                 trust=Trust(p95_settle_s=0.0), device=DeviceSettings(act_p95=act))
+    c = ctx("triton-default", dwin(100.0, rate=150, batch=2.3, stretch=1.3, others=0.3, mean_ms=24.0,
+                                   p95_ms=30.0), s)
+    assert 0.95 * SLO < c.p95_once_live[1] < SLO
+    rec = efficiency(c)
+    assert (rec is not None and rec.target == 1) is climbs
+    if not climbs:
+        assert rec is None or rec.target != 1

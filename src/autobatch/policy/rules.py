@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from autobatch.policy.capacity import batch_estimate, batch_ms, wait_ms
 from autobatch.policy.context import EPS, Context
+from autobatch.policy.settings import PolicySettings
 from autobatch.policy.types import Reason, Recommendation
 
 __all__ = ["RULES", "Rule", "recommend", "steady", "toward_capacity", "toward_latency"]
@@ -134,15 +135,16 @@ def forecast(ctx: Context) -> Recommendation | None:
 
 def shared(ctx: Context) -> Recommendation | None:
     """Others use at least ``device.shared_min`` of the device, and the live profile's p95 with
-    its batches stretched as the window measured would pass the SLO: to the profile nearest
-    the live one predicted under ``device.target_p95`` x the SLO, else to the most
-    latency-oriented one, of those that carry the load."""
+    its batches stretched as the window measured would pass ``device.act_p95`` x the SLO: to
+    the profile nearest the live one predicted under ``device.target_p95`` x the SLO, else to
+    the most latency-oriented one, of those that carry the load."""
     # The summary p95 would show the breach after up to a minute; the stretch shows it in
     # the first window the co-tenants share, so this acts on one window, as a survival move.
     # The fallback is the rung that waits least: near saturation on a shared device a wait
     # costs more than the estimate says (simulated: 85 ms for a waiting rung, 62 for the default).
     pred, slo = ctx.p95_predicted, ctx.settings.slo_p95_ms
-    if not ctx.shared or ctx.current == 0 or not pred or pred[ctx.current] <= slo + EPS:
+    act = ctx.settings.device.act_p95 * slo
+    if not ctx.shared or ctx.current == 0 or not pred or pred[ctx.current] <= act + EPS:
         return None
     cap, need = ctx.capacity.rps, ctx.demand_rps * ctx.settings.capacity.margin
     below = [i for i in range(ctx.current - 1, -1, -1) if (c := cap[i]) is None or c >= need]
@@ -151,7 +153,8 @@ def shared(ctx: Context) -> Recommendation | None:
     fits = [i for i in below if pred[i] <= ctx.settings.device.target_p95 * slo + EPS]
     target = fits[0] if fits else below[-1]
     return Recommendation(target, Reason.SHARED, (
-        f"{ctx.device_note}; {ctx.profile.name}'s p95 would be ~{pred[ctx.current]:.0f} ms > SLO {slo:g} ms "
+        f"{ctx.device_note}; {ctx.profile.name}'s p95 would be ~{pred[ctx.current]:.0f} ms > "
+        f"{_act_limit(ctx.settings)} "
         f"at {ctx.demand_rps:.0f}/s, {ctx.ladder[target].name}'s ~{pred[target]:.0f} ms"))
 
 
@@ -296,7 +299,7 @@ RULES: tuple[Rule, ...] = (
     Rule("survival", shared, (
         "p95_predicted", "stretch", "capacity", "demand_rps", "window.others_share",
         "window.stretch", "window.mean_request_ms", "device.shared_min", "device.p95_per_mean",
-        "device.target_p95", "capacity.margin")),
+        "device.target_p95", "device.act_p95", "capacity.margin")),
     # protective: failures
     Rule("protective", failures, (
         "failures_rps", "capacity", "protective.failure_rps_threshold", "protective.failure_reasons",
@@ -474,6 +477,12 @@ def _step_up(ctx: Context) -> Offer:
         f"{p95:.1f} -> ~{best.predicted_p95_ms:.0f} ms < {limit:g}{device}")))
 
 
+def _act_limit(s: PolicySettings) -> str:
+    """Where the shared rule acts, as its messages say it: ``SLO 60 ms``, ``0.95 x SLO 57 ms``."""
+    act = s.device.act_p95
+    return f"{'SLO' if act >= 1.0 else f'{act:g} x SLO'} {act * s.slo_p95_ms:g} ms"
+
+
 def _judged_p95(ctx: Context) -> float | None:
     """The live profile's p95 a step toward throughput is judged from: on a device the policy
     sees, its prediction from the stretch and the window's own requests (the summary would
@@ -516,10 +525,10 @@ def _search_above(ctx: Context, p95_ms: float, limit_ms: float) -> Search:
         once = ctx.p95_once_live.get(i) if ctx.shared else None
         if predicted >= limit_ms:
             refused.append(f"{nxt.name} saves {saving.share:.0%} but its p95 would be ~{predicted:.0f} ms")
-        elif once is not None and once > s.slo_p95_ms + EPS:
+        elif once is not None and once > s.device.act_p95 * s.slo_p95_ms + EPS:
             # The shared rule would read this from the profile's own requests and move back.
             refused.append(f"{nxt.name} saves {saving.share:.0%} but, serving on the shared device, its "
-                           f"p95 would read ~{once:.0f} ms > SLO {s.slo_p95_ms:g} ms")
+                           f"p95 would read ~{once:.0f} ms > {_act_limit(s)}")
         elif c is not None and c < demand * s.capacity.margin:
             refused.append(f"{nxt.name} carries only {c:.0f}/s")
         elif best is None or saving.share > best.share + EPS:

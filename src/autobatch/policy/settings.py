@@ -234,10 +234,17 @@ class DeviceSettings:
     target_p95: float = 0.85
     """The shared rule moves to the profile nearest the live one predicted under this x the
     SLO (else to the most latency-oriented): a margin under the SLO it acts at."""
+    act_p95: float = 1.0
+    """The shared rule acts once the live profile's predicted p95 passes this x the SLO, and
+    a climb on a shared device is refused where the profile's p95 would read above it once
+    serving. 1: at the SLO itself. Lower acts on a co-tenant's arrival that leaves the live
+    profile's prediction just under the SLO (cotenants-step, 2026-12-04: 58-59 ms for two
+    windows), at the price of the climbs it refuses."""
 
     def __post_init__(self) -> None:
         _fraction("device.shared_min", self.shared_min, zero=False)
         _fraction("device.target_p95", self.target_p95, zero=False)
+        _fraction("device.act_p95", self.act_p95, zero=False)
         if not self.p95_per_mean >= 1.0:
             raise ValueError("device.p95_per_mean must be >= 1")
 
