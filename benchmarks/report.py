@@ -41,8 +41,8 @@ ORDER = ["shared_gpu", "closed_loop", "demo", "reaction", "steady", "faults", "s
 
 HEADLINE: list[tuple[str, str]] = [
     ("demo", "demo_shared_device_vs_triton-default"),
-    ("shared_gpu", "shared_gpu_cotenants-step_reload"),
-    ("shared_gpu", "shared_gpu_cotenants-day_reload"),
+    ("shared_gpu", "shared_gpu_cotenants-ebb_reload"),
+    ("shared_gpu", "shared_gpu_cotenants-nightly_gateway"),
     ("reaction", "step_decision_s"),
     ("steady", "steady_switches_aggressive"),
     ("faults", "faults_triton_killed_failed_by_sidecar"),
