@@ -16,6 +16,7 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,19 +74,26 @@ def test_the_device_reads_as_the_models_own_before_and_after_the_co_tenants() ->
 DEMO = ROOT / "benchmarks" / "results" / "demo" / "20261204-181755.json"
 
 
+def replayed(result: Path, log_name: str) -> tuple[Any, list[Any]]:
+    """A saved run's decision log (``logs/<log_name>`` beside ``result``) replayed through the
+    config the run ran; every tick must decide what the run decided."""
+    example = config_as_run(json.loads(result.read_text(encoding="utf-8"))["data"]["config"], result.stem)
+    cfg = sidecar_config_from_mapping(dict(load_yaml(example)), str(example), base=example.parent)
+    log = result.parent / "logs" / log_name
+    with gzip.open(log, "rt", encoding="utf-8") as f:
+        ticks = parse_trace(f, log.name)
+    out = replay(ticks, cfg.policy, history_windows=cfg.history_windows)
+    assert out and all(s.agrees for s in out), log_name
+    return cfg, out
+
+
 def test_the_demos_co_tenants_are_answered_within_two_windows_through_the_shipped_config() -> None:
     """``benchmarks/demo.py`` of 2026-12-04 18:17 (examples/sidecar-t4.yaml, ladder
     [triton-default, wait25]; examples/schedules/demo.yaml): its decision log, replayed
     through the config it ran, decides what it decided, and the first switch after the two
     co-tenants arrive is the shared rule's, to the default, within two windows."""
     data = json.loads(DEMO.read_text(encoding="utf-8"))["data"]
-    example = config_as_run(data["config"], DEMO.stem)
-    cfg = sidecar_config_from_mapping(dict(load_yaml(example)), str(example), base=example.parent)
-    log = DEMO.parent / "logs" / f"{DEMO.stem}-controller.jsonl.gz"
-    with gzip.open(log, "rt", encoding="utf-8") as f:
-        ticks = parse_trace(f, log.name)
-    out = replay(ticks, cfg.policy, history_windows=cfg.history_windows)
-    assert all(s.agrees for s in out)
+    cfg, out = replayed(DEMO, f"{DEMO.stem}-controller.jsonl.gz")
     run = data["runs"]["controller"]
     ends = {}
     at = run["t0_wall"]
@@ -110,7 +118,7 @@ EBB = ROOT / "benchmarks" / "results" / "shared_gpu" / "20261204-211414.json"
 
 
 def _ebb_runs() -> list[tuple[str, float]]:
-    """(controller log name, the co-tenants' arrival in seconds into the run) for each controller
+    """(controller log name, the co-tenants' arrival on the run's wall clock) for each controller
     of each repeat of ``EBB``: benchmarks/shared_gpu.py on examples/schedules/cotenants-ebb.yaml,
     where two batch jobs arrive as the load ebbs to 40/s (``low-three``)."""
     data = json.loads(EBB.read_text(encoding="utf-8"))["data"]
@@ -118,33 +126,21 @@ def _ebb_runs() -> list[tuple[str, float]]:
     for run in data["runs"]:
         for g, group in enumerate(run["groups"]):
             for mode in sorted(set(group["modes"]) & {"reload", "gateway"}):
-                phases = group["modes"][mode]["phases"]
-                names = [p["name"] for p in phases]
-                arrival = sum(p["duration_s"] for p in phases[:names.index("low-three")])
-                out.append((f"{EBB.stem}-cotenants-ebb-r{run['repeat']}-g{g}-{mode}.jsonl.gz", arrival))
+                ran = group["modes"][mode]
+                names = [p["name"] for p in ran["phases"]]
+                at = ran["t0_wall"] + sum(p["duration_s"] for p in ran["phases"][:names.index("low-three")])
+                out.append((f"{EBB.stem}-cotenants-ebb-r{run['repeat']}-g{g}-{mode}.jsonl.gz", at))
     return out
 
 
-@pytest.mark.parametrize(("name", "arrival"), _ebb_runs())
+@pytest.mark.parametrize(("name", "at"), _ebb_runs())
 def test_cotenants_ebb_arrival_is_answered_within_two_windows_through_the_shipped_config(
-        name: str, arrival: float) -> None:
+        name: str, at: float) -> None:
     """Each controller log of the cotenants-ebb run, replayed through the config it ran,
     decides what it decided, and the first switch after the two batch jobs arrive is the
     shared rule's, to the default, within two windows; it held wait25 until then."""
-    data = json.loads(EBB.read_text(encoding="utf-8"))["data"]
-    example = config_as_run(data["config"], EBB.stem)
-    cfg = sidecar_config_from_mapping(dict(load_yaml(example)), str(example), base=example.parent)
+    cfg, out = replayed(EBB, name)
     assert [p.name for p in cfg.policy.ladder] == ["triton-default", "wait25"]
-    log = EBB.parent / "logs" / name
-    with gzip.open(log, "rt", encoding="utf-8") as f:
-        ticks = parse_trace(f, log.name)
-    out = replay(ticks, cfg.policy, history_windows=cfg.history_windows)
-    assert out and all(s.agrees for s in out)
-    mode = name.rsplit("-", 1)[1].split(".")[0]
-    run = next(r for r in data["runs"] for g in r["groups"]
-               if mode in g["modes"] and name.startswith(f"{EBB.stem}-cotenants-ebb-r{r['repeat']}-"))
-    t0 = next(g["modes"][mode]["t0_wall"] for g in run["groups"] if mode in g["modes"])
-    at = t0 + arrival
     first = next(s for s in out if s.tick.now_s > at and s.decision.switch)
     assert first.decision.reason is Reason.SHARED and first.decision.target == "triton-default", \
         first.decision.message

@@ -53,13 +53,14 @@ def test_no_static_profile_is_right_in_every_phase_and_switching_pays(name: str)
     assert "aggressive uses" in m.verdict.message and "goes over the SLO in" in m.verdict.message
 
 
-def _wait25_map(name: str) -> SwitchingMap:
-    """``name`` over the ladder [triton-default, wait25] (profiles/experiments/resnet50)."""
+def _wait25_map(name: str, folder: str = "experiments") -> SwitchingMap:
+    """``name`` over the ladder [triton-default, wait25]: ``profiles/<folder>/resnet50``
+    (``experiments`` as it was measured first, ``sidecar-t4`` as the T4 sidecar ships it)."""
     path = SCHEDULES / f"{name}.yaml"
     schedule = load_schedule(path)
     device = load_shared_device(schedule=path)
     assert device is not None
-    profiles = load_profiles(PROFILES / "experiments" / "resnet50")
+    profiles = load_profiles(PROFILES / folder / "resnet50")
     return switching_map([profiles["triton-default"], profiles["wait25"]],
                          ServiceModel(load_curve(CURVES / "t4-resnet50-fp16.yaml"), fixed_latency_ms=2.0),
                          schedule, slo_ms=60.0, slo_share=0.05, device=device.for_schedule(schedule),
@@ -95,16 +96,8 @@ def test_the_shipped_ladder_switches_where_three_jobs_meet_a_low_load(name: str,
     """Designed over the shipped T4 ladder (profiles/sidecar-t4/resnet50): wait25 holds every
     phase within a point of the default but the one where three co-tenants share the GPU at
     40 req/s, where the oracle takes the default; it still costs under 0.6x the default."""
-    path = SCHEDULES / f"{name}.yaml"
-    schedule = load_schedule(path)
-    device = load_shared_device(schedule=path)
-    assert device is not None
-    profiles = load_profiles(PROFILES / "sidecar-t4" / "resnet50")
-    assert sorted(profiles) == ["triton-default", "wait25"]
-    m = switching_map(list(profiles.values()),
-                      ServiceModel(load_curve(CURVES / "t4-resnet50-fp16.yaml"), fixed_latency_ms=2.0),
-                      schedule, slo_ms=60.0, slo_share=0.05, device=device.for_schedule(schedule),
-                      label=name)
+    assert sorted(load_profiles(PROFILES / "sidecar-t4" / "resnet50")) == ["triton-default", "wait25"]
+    m = _wait25_map(name, "sidecar-t4")
     assert m.verdict.switching_pays, m.verdict.message
     wait25, default = m.static("wait25"), m.static("triton-default")
     over = {p.phase: (p.over_slo, q.over_slo) for p, q in zip(wait25.phases, default.phases, strict=True)}
