@@ -6,6 +6,7 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -36,3 +37,13 @@ def config_as_run(config: str, stamp: str) -> Path:
     """The file holding the config a saved run names as it was when the run ran
     (benchmarks/record.py, ``config_as_run``)."""
     return load_benchmark("record").config_as_run(config, stamp)
+
+
+def while_served(steps: list[Any]) -> list[Any]:
+    """The replayed steps up to the last whose window carried a request. The ticks after it
+    decide for a run that is over: no request follows, so no figure depends on them (the
+    policy holds in a lull since 2026-12-05; runs saved before stepped down there)."""
+    last = max((i for i, s in enumerate(steps)
+                if s.tick.window is not None and max(s.tick.window.arrival_rps, s.tick.window.inference_rps) > 0),
+               default=-1)
+    return steps[:last + 1]

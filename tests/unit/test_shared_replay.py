@@ -28,7 +28,7 @@ from autobatch.policy import PolicySettings, Reason
 from autobatch.policy.settings import Stability
 from autobatch.profiles import Profile
 
-from ..conftest import ROOT, config_as_run
+from ..conftest import ROOT, config_as_run, while_served
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 META = json.loads((DATA / "shared-arrival.meta.json").read_text(encoding="utf-8"))
@@ -76,13 +76,13 @@ DEMO = ROOT / "benchmarks" / "results" / "demo" / "20261204-181755.json"
 
 def replayed(result: Path, log_name: str) -> tuple[Any, list[Any]]:
     """A saved run's decision log (``logs/<log_name>`` beside ``result``) replayed through the
-    config the run ran; every tick must decide what the run decided."""
+    config the run ran; every tick while it served must decide what the run decided."""
     example = config_as_run(json.loads(result.read_text(encoding="utf-8"))["data"]["config"], result.stem)
     cfg = sidecar_config_from_mapping(dict(load_yaml(example)), str(example), base=example.parent)
     log = result.parent / "logs" / log_name
     with gzip.open(log, "rt", encoding="utf-8") as f:
         ticks = parse_trace(f, log.name)
-    out = replay(ticks, cfg.policy, history_windows=cfg.history_windows)
+    out = while_served(replay(ticks, cfg.policy, history_windows=cfg.history_windows))
     assert out and all(s.agrees for s in out), log_name
     return cfg, out
 

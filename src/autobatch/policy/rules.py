@@ -262,11 +262,19 @@ def efficiency(ctx: Context) -> Recommendation | None:
 def low_load(ctx: Context) -> Recommendation | None:
     """The profile below costs about the same device time (``efficiency.latency_tolerance``), carries the
     load without a backlog, and the instances idle (busy under ``efficiency.wait_max_busy``): a step
-    toward latency."""
+    toward latency. When nothing arrives, hold.
+
+    In a lull no request waits, so a step buys nothing, and the profile that served the load
+    before it is the best guess for what comes next: bursty traffic stepped down in each idle
+    gap and met the next burst at the default (docs/policy.md, "Idle gaps")."""
     share = ctx.window.busy_share
     busy = share is not None and share >= ctx.settings.efficiency.wait_max_busy
     if ctx.current == 0 or not ctx.costs or busy:
         return None
+    if ctx.demand_rps <= EPS:
+        return Recommendation(ctx.current, Reason.STEADY, (
+            f"idle: nothing arrives, so nothing waits on {ctx.profile.name}'s delay; "
+            "held for the load that comes next"))
     below = ctx.saving(ctx.current, ctx.current - 1)
     if not ctx.same_cost(below):
         return None
