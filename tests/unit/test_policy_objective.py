@@ -418,6 +418,9 @@ def test_batch_estimate(profile: Profile, rate: float, batch: float) -> None:
          "latency-soft", Reason.LOW_LOAD),
         ("low load, but the dwell", "balanced", win(p95_ms=15.0), {"min_dwell_s": 60.0},
          "balanced", Reason.DWELL),
+        ("idle: nothing arrives, so the waiting profile holds for what comes next", "balanced",
+         win(success_rps=0.0, inference_rps=0.0, exec_rps=0.0, mean_batch_size=None, mean_queue_ms=None,
+             mean_compute_ms=None, p95_ms=15.0), {}, "balanced", Reason.STEADY),
         ("moderate load at aggressive: device time differs, stay", "aggressive",
          win(inference_rps=600.0, mean_batch_size=13.0, mean_queue_ms=8.0, p95_ms=40.0), {},
          "aggressive", Reason.STEADY),
@@ -452,6 +455,7 @@ def test_efficiency_and_low_load(name: str, active: str, window: Window, setting
         state_kw = {"last_switch_s": 90.0}
     d = one([window], active, state_kw=state_kw, forecast=False, **settings_kw)
     assert (d.target if d.switch else d.current, d.reason) == (target, reason), d.message
+    assert ("idle: nothing arrives" in d.message) == name.startswith("idle")
     if d.switch:
         assert d.to_dict()["kind"] == "efficiency"
         assert set(d.signals["device_ms_expected"]) == {"latency-soft", "balanced", "aggressive"}
