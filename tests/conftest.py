@@ -42,8 +42,7 @@ def config_as_run(config: str, stamp: str) -> Path:
 def while_served(steps: list[Any]) -> list[Any]:
     """The replayed steps up to the last whose window carried a request. The ticks after it
     decide for a run that is over: no request follows, so no figure depends on them (the
-    policy holds in a lull since 2026-12-05; runs saved before stepped down there)."""
-    last = max((i for i, s in enumerate(steps)
-                if s.tick.window is not None and max(s.tick.window.arrival_rps, s.tick.window.inference_rps) > 0),
-               default=-1)
-    return steps[:last + 1]
+    policy holds in a lull since 6c6aeee; runs saved before stepped down there)."""
+    windows = [s.tick.window for s in steps]
+    served = [i for i, w in enumerate(windows) if w is not None and max(w.arrival_rps, w.inference_rps) > 0]
+    return steps[:served[-1] + 1] if served else []
