@@ -5,7 +5,8 @@ Each current result file of ``benchmarks/closed_loop.py``
 controller runs beside it (``logs/<file>-<schedule>-x<instances>-<mode>.jsonl.gz``,
 which the benchmark writes). Replayed through the example config the run used
 (``examples/sidecar.yaml``, ``examples/sidecar-gateway.yaml``: the benchmark only
-points them at its own Triton), every tick must decide what the run decided.
+points them at its own Triton), every tick up to the run's last request must decide
+what the run decided (the ticks after it change no figure).
 When a policy change makes one diverge, its figures no longer describe the
 shipped controller: run that part again and move the old file and its logs to
 ``superseded/`` (docs/benchmarks.md, "From a run to the front page").
