@@ -330,3 +330,32 @@ def test_a_climb_is_refused_where_the_shared_rule_would_act(act: float, climbs: 
     assert 0.95 * SLO < c.p95_once_live[1] < SLO
     rec = efficiency(c)
     assert (rec is not None and rec.target == 1) is climbs
+
+
+# -- device.own_queue: the live profile's queueing for its own busy instances ---------------------
+
+
+@pytest.mark.parametrize(
+    ("rate", "batch", "stretch", "others", "mean_ms", "own_queue", "climbs", "why"),
+    [
+        (150.0, 3.0, 1.43, 0.25, 28.7, 0.0, False,
+         "cotenants-day's afternoon (2026-12-04): the default's ~10 ms queue carried to wait25"),
+        (150.0, 3.0, 1.43, 0.25, 28.7, 1.0, True,
+         "the same window with the queue the default's own: wait25 held measured p95 51.5 there"),
+        (35.0, 1.2, 1.71, 0.47, 27.5, 1.0, False,
+         "cotenants-linger's low-shared: wait25's own wait and stretched run read over the SLO"),
+    ],
+)
+def test_own_queue_keeps_the_live_profiles_queueing_off_the_climb_check(
+        rate: float, batch: float, stretch: float, others: float, mean_ms: float, own_queue: float,
+        climbs: bool, why: str) -> None:
+    from autobatch.policy.rules import efficiency
+    from autobatch.policy.settings import DeviceSettings, Efficiency
+
+    s = settings(ladder=(DEFAULT, WAIT25), efficiency=Efficiency(headroom=0.85),
+                 trust=Trust(p95_settle_s=0.0), device=DeviceSettings(own_queue=own_queue))
+    w = dwin(100.0, rate=rate, batch=batch, stretch=stretch, others=others, mean_ms=mean_ms, p95_ms=30.0)
+    c = ctx("triton-default", w, s)
+    rec = efficiency(c)
+    assert (rec is not None and rec.target == 1) is climbs, (why, rec, c.p95_predicted, c.p95_once_live)
+    assert c.p95_predicted[1] < 0.85 * SLO, why  # the prediction itself allows the climb in each

@@ -96,8 +96,9 @@ class Context:
     """Where :attr:`p95_predicted` is given: each profile's p95 as the shared rule would read it
     once that profile serves: its prediction, no lower than ``p95_per_mean`` x its own mean
     request time (the window's, with the live profile's mean wait for a batch and run swapped
-    for its own). The floor multiplies a waiting profile's wait too, so a climb the shared
-    rule would undo at once is seen before it is made."""
+    for its own, and ``device.own_queue`` of its queueing for its busy instances taken out).
+    The floor multiplies a waiting profile's wait too, so a climb the shared rule would undo
+    at once is seen before it is made."""
 
     @property
     def device_seen(self) -> bool:
@@ -413,7 +414,10 @@ def _p95_predictions(w: Observation, s: PolicySettings, current: int, curve: Bat
         return pred, {}
     # Each profile's own part of a mean request: its mean wait for a batch and its batch's run.
     own = {i: mean_wait_ms(p, demand) + parts[i].run_ms * stretch for i, p in enumerate(s.ladder)}
-    rest = max(0.0, w.mean_request_ms - own[current])
+    # The live profile's queueing for its own busy instances (``device.own_queue`` of it) is not
+    # carried to the others: a profile forming bigger batches keeps its instances less busy.
+    queued = max(0.0, (w.mean_queue_ms or 0.0) - mean_wait_ms(s.ladder[current], demand))
+    rest = max(0.0, w.mean_request_ms - own[current] - s.device.own_queue * queued)
     return pred, {i: max(pred[i], s.device.p95_per_mean * (rest + own[i])) for i in pred}
 
 

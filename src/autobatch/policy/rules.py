@@ -335,7 +335,7 @@ RULES: tuple[Rule, ...] = (
         "window.p95_ms", "window.utilization", "window.others_share", "window.busy_share",
         "window.mean_request_ms", "efficiency.headroom", "efficiency.util_ceiling", "efficiency.min_saving",
         "efficiency.min_freed_share", "efficiency.max_busy", "efficiency.max_load", "efficiency.max_p95",
-        "device.shared_min", "device.p95_per_mean")),
+        "device.shared_min", "device.p95_per_mean", "device.own_queue", "window.mean_queue_ms")),
     Rule("efficiency", low_load, (
         "costs", "capacity", "window.busy_share", "efficiency.wait_max_busy", "efficiency.latency_tolerance",
         "efficiency.min_freed_share", "capacity.margin")),
