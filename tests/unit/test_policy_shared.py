@@ -359,3 +359,5 @@ def test_own_queue_keeps_the_live_profiles_queueing_off_the_climb_check(
     rec = efficiency(c)
     assert (rec is not None and rec.target == 1) is climbs, (why, rec, c.p95_predicted, c.p95_once_live)
     assert c.p95_predicted[1] < 0.85 * SLO, why  # the prediction itself allows the climb in each
+    # the decision log carries what the check read
+    assert c.signals()["p95_once_live_ms"]["wait25"] == round(c.p95_once_live[1], 1)

@@ -245,6 +245,9 @@ class Context:
         if self.p95_predicted:
             sig["p95_predicted_ms"] = {self.ladder[i].name: round(v, 1)
                                        for i, v in self.p95_predicted.items()}
+        if self.p95_once_live:
+            sig["p95_once_live_ms"] = {self.ladder[i].name: round(v, 1)
+                                       for i, v in self.p95_once_live.items()}
         if self.costs:
             sig["device_ms_expected"] = {self.ladder[i].name: round(c.ms, 3) for i, c in self.costs.items()}
             sig["device_ms_source"] = {self.ladder[i].name: c.source for i, c in self.costs.items()}
