@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import sys
 from pathlib import Path
@@ -37,6 +38,23 @@ def config_as_run(config: str, stamp: str) -> Path:
     """The file holding the config a saved run names as it was when the run ran
     (benchmarks/record.py, ``config_as_run``)."""
     return load_benchmark("record").config_as_run(config, stamp)
+
+
+def read_trace(path: Path) -> list[Any]:
+    """The ticks of a gzipped trace or decision log (``autobatch.plan.replay.parse_trace``)."""
+    from autobatch.plan.replay import parse_trace
+
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return parse_trace(f, path.name)
+
+
+def sidecar_config(example: Path, data: dict[str, Any] | None = None) -> Any:
+    """The sidecar config of ``example`` (or of ``data``, read from it), as the sidecar loads it."""
+    from autobatch.config import load_yaml
+    from autobatch.controller.config import sidecar_config_from_mapping
+
+    mapping = dict(load_yaml(example)) if data is None else data
+    return sidecar_config_from_mapping(mapping, str(example), base=example.parent)
 
 
 def while_served(steps: list[Any]) -> list[Any]:

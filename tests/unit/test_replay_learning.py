@@ -15,7 +15,6 @@ recorded switch and no ``no_gain``.
 
 from __future__ import annotations
 
-import gzip
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -25,13 +24,13 @@ import pytest
 
 from autobatch.config import ConfigError, load_yaml
 from autobatch.controller.config import sidecar_config_from_mapping
-from autobatch.plan.replay import ReplayStep, parse_trace, replay
+from autobatch.plan.replay import ReplayStep, replay
 from autobatch.policy import PolicySettings, Reason, State, decide
 from autobatch.policy.context import steady_load
 from autobatch.policy.settings import FLAT, CapacitySettings
 from autobatch.signals import Window
 
-from ..conftest import config_as_run, while_served
+from ..conftest import config_as_run, read_trace, sidecar_config, while_served
 from .test_policy_memory import LADDER, ONE_INSTANCE, win
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,10 +128,9 @@ def _demo(max_step: float | None) -> tuple[list[ReplayStep], float, tuple[float,
     first tick, and the alone phase's start and end (wall clock)."""
     data = json.loads(DEMO.read_text(encoding="utf-8"))["data"]
     example = config_as_run(data["config"], DEMO.stem)
-    cfg = sidecar_config_from_mapping(dict(load_yaml(example)), str(example), base=example.parent)
+    cfg = sidecar_config(example)
     policy = replace(cfg.policy, capacity=replace(cfg.policy.capacity, learn_max_step=max_step))
-    with gzip.open(DEMO_LOG, "rt", encoding="utf-8") as f:
-        ticks = parse_trace(f, DEMO_LOG.name)
+    ticks = read_trace(DEMO_LOG)
     run = data["runs"]["controller"]
     start = run["t0_wall"]
     bounds = {}

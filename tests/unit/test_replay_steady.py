@@ -15,12 +15,12 @@ and held, because no lower rung carries the load: reason ``capacity``.)
 
 from __future__ import annotations
 
-import gzip
 from pathlib import Path
 
 from autobatch.config import load_yaml
-from autobatch.controller.config import sidecar_config_from_mapping
-from autobatch.plan.replay import parse_trace, replay
+from autobatch.plan.replay import replay
+
+from ..conftest import read_trace, sidecar_config
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE = ROOT / "tests" / "data" / "steady-aggressive.jsonl.gz"
@@ -31,9 +31,8 @@ LADDER = ["latency-soft", "balanced", "aggressive"]  # benchmarks/steady.py's de
 def test_steady_load_on_the_real_triton_replays_without_a_switch() -> None:
     data = dict(load_yaml(EXAMPLE))
     data["profiles"] = {**data["profiles"], "ladder": LADDER}
-    cfg = sidecar_config_from_mapping(data, str(EXAMPLE), base=EXAMPLE.parent)
-    with gzip.open(TRACE, "rt", encoding="utf-8") as f:
-        ticks = parse_trace(f, str(TRACE))
+    cfg = sidecar_config(EXAMPLE, data)
+    ticks = read_trace(TRACE)
     assert len(ticks) >= 250  # about five minutes of 1 s windows
     steps = replay(ticks, cfg.policy, initial="aggressive", history_windows=cfg.history_windows)
     switches = [s.decision for s in steps if s.decision.switch]

@@ -21,17 +21,15 @@ file that now holds the old contents (``benchmarks/record.py``, ``RENAMED_CONFIG
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 
 import pytest
 
 from autobatch.config import load_yaml
-from autobatch.controller.config import sidecar_config_from_mapping
-from autobatch.plan.replay import parse_trace, replay
+from autobatch.plan.replay import replay
 
-from ..conftest import config_as_run, load_benchmark, while_served
+from ..conftest import config_as_run, load_benchmark, read_trace, sidecar_config, while_served
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "closed_loop"
@@ -73,9 +71,8 @@ def _assert_replays(path: Path, data: dict, example: Path) -> None:
     """Every tick of the log at ``path`` while the run served requests, replayed through the
     config ``data`` (read from ``example``), decides what the run decided (the ticks after the
     last request change no figure: :func:`tests.conftest.while_served`)."""
-    cfg = sidecar_config_from_mapping(data, str(example), base=example.parent)
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        ticks = parse_trace(f, str(path))
+    cfg = sidecar_config(example, data)
+    ticks = read_trace(path)
     assert len(ticks) >= 60
     steps = replay(ticks, cfg.policy, history_windows=cfg.history_windows)
     differ = [(round(s.tick.now_s - ticks[0].now_s, 1), s.decision.action.value, s.decision.target,

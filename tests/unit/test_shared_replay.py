@@ -13,22 +13,19 @@ it or after they leave reads the device as shared.
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from autobatch.config import load_yaml
-from autobatch.controller.config import sidecar_config_from_mapping
 from autobatch.curve import BatchCurve
-from autobatch.plan.replay import parse_trace, replay
+from autobatch.plan.replay import replay
 from autobatch.policy import PolicySettings, Reason
 from autobatch.policy.settings import Stability
 from autobatch.profiles import Profile
 
-from ..conftest import ROOT, config_as_run, while_served
+from ..conftest import ROOT, config_as_run, read_trace, sidecar_config, while_served
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 META = json.loads((DATA / "shared-arrival.meta.json").read_text(encoding="utf-8"))
@@ -40,8 +37,7 @@ def steps() -> tuple[list, float]:
     curve = BatchCurve({int(b): ms for b, ms in META["curve"]["points"].items()}, name=META["curve"]["name"])
     s = PolicySettings(ladder=LADDER, slo_p95_ms=60.0, curve=curve,
                        stability=Stability(confirmations=2, min_dwell_s=10.0, stabilization_s=10.0))
-    with gzip.open(DATA / "shared-arrival.jsonl.gz", "rt", encoding="utf-8") as f:
-        ticks = parse_trace(f, "shared-arrival.jsonl.gz")
+    ticks = read_trace(DATA / "shared-arrival.jsonl.gz")
     interval = (ticks[-1].now_s - ticks[0].now_s) / (len(ticks) - 1)
     return replay(ticks, s, initial="waiting"), interval
 
@@ -78,10 +74,8 @@ def replayed(result: Path, log_name: str) -> tuple[Any, list[Any]]:
     """A saved run's decision log (``logs/<log_name>`` beside ``result``) replayed through the
     config the run ran; every tick while it served must decide what the run decided."""
     example = config_as_run(json.loads(result.read_text(encoding="utf-8"))["data"]["config"], result.stem)
-    cfg = sidecar_config_from_mapping(dict(load_yaml(example)), str(example), base=example.parent)
-    log = result.parent / "logs" / log_name
-    with gzip.open(log, "rt", encoding="utf-8") as f:
-        ticks = parse_trace(f, log.name)
+    cfg = sidecar_config(example)
+    ticks = read_trace(result.parent / "logs" / log_name)
     out = while_served(replay(ticks, cfg.policy, history_windows=cfg.history_windows))
     assert out and all(s.agrees for s in out), log_name
     return cfg, out
