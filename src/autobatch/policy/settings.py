@@ -246,7 +246,10 @@ class DeviceSettings:
     instances, which a profile forming bigger batches would not. 0: all of it is carried to
     the other profiles as delay they would meet too. On cotenants-day's afternoon
     (2026-12-04) the default's requests queued ~10 ms on instances ~90% busy, and the check
-    read wait25 at 61-66 ms once serving where wait25 held measured a p95 of 51.5."""
+    read wait25 at 61-66 ms once serving where wait25 held measured a p95 of 51.5. At 1 it
+    climbed there, but on cotenants-linger's 40/s (instances ~60% busy, the queue partly
+    turns behind the co-tenants) the shared rule undid its climb in 2 of 3 runs: a constant
+    share is not the model (docs/shared-gpu.md)."""
 
     def __post_init__(self) -> None:
         _fraction("device.shared_min", self.shared_min, zero=False)
