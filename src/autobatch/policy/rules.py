@@ -253,7 +253,8 @@ def relief(ctx: Context) -> Recommendation | None:
 def efficiency(ctx: Context) -> Recommendation | None:
     """A profile above saves ``efficiency.min_saving`` of the device time per request and frees
     ``efficiency.min_freed_share`` of the instances' time, its predicted p95 stays under headroom x SLO
-    (and, on a shared device, under the SLO as the shared rule would read it once it serves)
+    (and, on a shared device, as the shared rule would read it once it serves, under where it
+    acts, or the band ``device.climb_p95`` under that)
     and it carries the load, with room to make the move (``efficiency.max_busy``,
     ``efficiency.max_load``, ``efficiency.max_p95``): a step toward throughput."""
     return _step_up(ctx).move
@@ -335,7 +336,8 @@ RULES: tuple[Rule, ...] = (
         "window.p95_ms", "window.utilization", "window.others_share", "window.busy_share",
         "window.mean_request_ms", "efficiency.headroom", "efficiency.util_ceiling", "efficiency.min_saving",
         "efficiency.min_freed_share", "efficiency.max_busy", "efficiency.max_load", "efficiency.max_p95",
-        "device.shared_min", "device.p95_per_mean", "device.own_queue", "window.mean_queue_ms")),
+        "device.shared_min", "device.p95_per_mean", "device.act_p95", "device.climb_p95", "device.own_queue",
+        "window.mean_queue_ms")),
     Rule("efficiency", low_load, (
         "costs", "capacity", "window.busy_share", "efficiency.wait_max_busy", "efficiency.latency_tolerance",
         "efficiency.min_freed_share", "capacity.margin")),
@@ -491,6 +493,17 @@ def _act_limit(s: PolicySettings) -> str:
     return f"{'SLO' if act >= 1.0 else f'{act:g} x SLO'} {act * s.slo_p95_ms:g} ms"
 
 
+def _climb_p95(s: PolicySettings) -> float:
+    """The fraction of the SLO a profile's p95 once serving must stay under to be climbed to."""
+    return min(s.device.act_p95, s.device.climb_p95)
+
+
+def _climb_limit(s: PolicySettings) -> str:
+    """The climb check's limit, as its refusals say it: the shared rule's, or a band under it."""
+    climb = _climb_p95(s)
+    return _act_limit(s) if climb >= s.device.act_p95 else f"{climb:g} x SLO {climb * s.slo_p95_ms:g} ms"
+
+
 def _judged_p95(ctx: Context) -> float | None:
     """The live profile's p95 a step toward throughput is judged from: on a device the policy
     sees, its prediction from the stretch and the window's own requests (the summary would
@@ -533,10 +546,10 @@ def _search_above(ctx: Context, p95_ms: float, limit_ms: float) -> Search:
         once = ctx.p95_once_live.get(i) if ctx.shared else None
         if predicted >= limit_ms:
             refused.append(f"{nxt.name} saves {saving.share:.0%} but its p95 would be ~{predicted:.0f} ms")
-        elif once is not None and once > s.device.act_p95 * s.slo_p95_ms + EPS:
+        elif once is not None and once > _climb_p95(s) * s.slo_p95_ms + EPS:
             # The shared rule would read this from the profile's own requests and move back.
             refused.append(f"{nxt.name} saves {saving.share:.0%} but, serving on the shared device, its "
-                           f"p95 would read ~{once:.0f} ms > {_act_limit(s)}")
+                           f"p95 would read ~{once:.0f} ms > {_climb_limit(s)}")
         elif c is not None and c < demand * s.capacity.margin:
             refused.append(f"{nxt.name} carries only {c:.0f}/s")
         elif best is None or saving.share > best.share + EPS:

@@ -240,6 +240,14 @@ class DeviceSettings:
     serving. 1: at the SLO itself. Lower acts on a co-tenant's arrival that leaves the live
     profile's prediction just under the SLO (cotenants-step, 2026-12-04: 58-59 ms for two
     windows), at the price of the climbs it refuses."""
+    climb_p95: float = 1.0
+    """A climb on a shared device is refused where the profile's p95 would read above the
+    lower of this and ``act_p95``, x the SLO, once serving: a band under where the shared rule
+    acts, so a profile whose p95 reads just under it in one window is not climbed to and moved
+    back from in the next. 1: no band. The climb check reads it before the climb from the
+    default's requests, the shared rule after it from the profile's own: on cotenants-linger's
+    40/s with two co-tenants (2026-12-05) the first read wait25 at 57-70 ms, the second 61-63,
+    and wait25 held measured a p95 of 57-58."""
     own_queue: float = 0.0
     """The share of the live window's queue time, beyond its profile's own wait for a batch,
     that the climb check counts as the live profile's own: its requests waiting for its busy
@@ -255,6 +263,7 @@ class DeviceSettings:
         _fraction("device.shared_min", self.shared_min, zero=False)
         _fraction("device.target_p95", self.target_p95, zero=False)
         _fraction("device.act_p95", self.act_p95, zero=False)
+        _fraction("device.climb_p95", self.climb_p95, zero=False)
         _fraction("device.own_queue", self.own_queue, zero=True)
         if not self.p95_per_mean >= 1.0:
             raise ValueError("device.p95_per_mean must be >= 1")

@@ -76,6 +76,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "policy.device.p95_per_mean": (1.0, 100.0),
     "policy.device.target_p95": (0.0, 1.0),
     "policy.device.act_p95": (0.0, 1.0),
+    "policy.device.climb_p95": (0.0, 1.0),
     "policy.device.own_queue": (0.0, 1.0),
     "signals.range_s": (0.0, _DAY_S),
     "signals.timeout_s": (0.0, 300.0),
