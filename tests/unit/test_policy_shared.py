@@ -316,15 +316,17 @@ def test_the_shared_rule_acts_at_act_p95_x_the_slo(act: float, moves: bool) -> N
         assert rec.target == 0 and "> 0.95 x SLO 57 ms" in rec.message, rec.message
 
 
-@pytest.mark.parametrize(("act", "climbs"), [(1.0, True), (0.95, False)])
-def test_a_climb_is_refused_where_the_shared_rule_would_act(act: float, climbs: bool) -> None:
-    """The climb check reads the same line as the shared rule, so that a climb it allows is
-    not undone a window later: wait25 would read ~58 ms once serving."""
+@pytest.mark.parametrize(("act", "climb", "climbs"), [(1.0, 1.0, True), (0.95, 1.0, False), (1.0, 0.95, False)])
+def test_a_climb_is_refused_where_the_shared_rule_would_act(act: float, climb: float, climbs: bool) -> None:
+    """The climb check reads the line the shared rule acts at, or the band ``climb_p95`` under
+    it (the default 0.95), so that a climb it allows is not undone a window later: wait25
+    would read ~58 ms once serving (the default's queue carried: ``own_queue`` 0)."""
     from autobatch.policy.rules import efficiency
     from autobatch.policy.settings import DeviceSettings, Efficiency
 
     s = settings(ladder=(DEFAULT, WAIT25), efficiency=Efficiency(headroom=0.85),
-                 trust=Trust(p95_settle_s=0.0), device=DeviceSettings(act_p95=act))
+                 trust=Trust(p95_settle_s=0.0),
+                 device=DeviceSettings(act_p95=act, climb_p95=climb, own_queue=0.0))
     c = ctx("triton-default", dwin(100.0, rate=150, batch=2.3, stretch=1.3, others=0.3, mean_ms=24.0,
                                    p95_ms=30.0), s)
     assert 0.95 * SLO < c.p95_once_live[1] < SLO
@@ -336,24 +338,28 @@ def test_a_climb_is_refused_where_the_shared_rule_would_act(act: float, climbs: 
 
 
 @pytest.mark.parametrize(
-    ("rate", "batch", "stretch", "others", "mean_ms", "own_queue", "climbs", "why"),
+    ("rate", "batch", "stretch", "others", "mean_ms", "own_queue", "climb", "climbs", "why"),
     [
-        (150.0, 3.0, 1.43, 0.25, 28.7, 0.0, False,
+        (150.0, 3.0, 1.43, 0.25, 28.7, 0.0, 1.0, False,
          "cotenants-day's afternoon (2026-12-04): the default's ~10 ms queue carried to wait25"),
-        (150.0, 3.0, 1.43, 0.25, 28.7, 1.0, True,
+        (150.0, 3.0, 1.43, 0.25, 28.7, 1.0, 0.95, True,
          "the same window with the queue the default's own: wait25 held measured p95 51.5 there"),
-        (35.0, 1.2, 1.71, 0.47, 27.5, 1.0, False,
+        (35.0, 1.2, 1.71, 0.47, 27.5, 1.0, 0.95, False,
          "cotenants-linger's low-shared: wait25's own wait and stretched run read over the SLO"),
+        (40.0, 1.24, 1.55, 0.47, 27.0, 1.0, 1.0, True,
+         "a linger window reading wait25 at ~59 ms: under the SLO, so without the band it climbed"),
+        (40.0, 1.24, 1.55, 0.47, 27.0, 1.0, 0.95, False,
+         "the same window in the band: wait25 held measured p95 57-58 there, the shared rule 61-63"),
     ],
 )
 def test_own_queue_keeps_the_live_profiles_queueing_off_the_climb_check(
         rate: float, batch: float, stretch: float, others: float, mean_ms: float, own_queue: float,
-        climbs: bool, why: str) -> None:
+        climb: float, climbs: bool, why: str) -> None:
     from autobatch.policy.rules import efficiency
     from autobatch.policy.settings import DeviceSettings, Efficiency
 
-    s = settings(ladder=(DEFAULT, WAIT25), efficiency=Efficiency(headroom=0.85),
-                 trust=Trust(p95_settle_s=0.0), device=DeviceSettings(own_queue=own_queue))
+    s = settings(ladder=(DEFAULT, WAIT25), efficiency=Efficiency(headroom=0.85), trust=Trust(p95_settle_s=0.0),
+                 device=DeviceSettings(own_queue=own_queue, climb_p95=climb))
     w = dwin(100.0, rate=rate, batch=batch, stretch=stretch, others=others, mean_ms=mean_ms, p95_ms=30.0)
     c = ctx("triton-default", w, s)
     rec = efficiency(c)

@@ -240,24 +240,24 @@ class DeviceSettings:
     serving. 1: at the SLO itself. Lower acts on a co-tenant's arrival that leaves the live
     profile's prediction just under the SLO (cotenants-step, 2026-12-04: 58-59 ms for two
     windows), at the price of the climbs it refuses."""
-    climb_p95: float = 1.0
+    climb_p95: float = 0.95
     """A climb on a shared device is refused where the profile's p95 would read above the
     lower of this and ``act_p95``, x the SLO, once serving: a band under where the shared rule
-    acts, so a profile whose p95 reads just under it in one window is not climbed to and moved
-    back from in the next. 1: no band. The climb check reads it before the climb from the
-    default's requests, the shared rule after it from the profile's own: on cotenants-linger's
-    40/s with two co-tenants (2026-12-05) the first read wait25 at 57-70 ms, the second 61-63,
-    and wait25 held measured a p95 of 57-58."""
-    own_queue: float = 0.0
+    acts, so that a profile read just under it in one window is not climbed to and moved back
+    from in the next. The check reads the profile before the climb from the live profile's
+    requests, the shared rule after it from its own: on cotenants-linger's 40/s with two
+    co-tenants (2026-12-05) the first read wait25 at 57-70 ms, the second 61-63, and wait25
+    held measured a p95 of 57-58 (1-2% of its requests over the SLO, the default's none).
+    1: no band (before 2026-12-05; with ``own_queue`` 1 it climbed there and was moved back
+    5 s later, in 2 of 3 runs)."""
+    own_queue: float = 1.0
     """The share of the live window's queue time, beyond its profile's own wait for a batch,
     that the climb check counts as the live profile's own: its requests waiting for its busy
-    instances, which a profile forming bigger batches would not. 0: all of it is carried to
-    the other profiles as delay they would meet too. On cotenants-day's afternoon
-    (2026-12-04) the default's requests queued ~10 ms on instances ~90% busy, and the check
-    read wait25 at 61-66 ms once serving where wait25 held measured a p95 of 51.5. At 1 it
-    climbed there, but on cotenants-linger's 40/s (instances ~60% busy, the queue partly
-    turns behind the co-tenants) the shared rule undid its climb in 2 of 3 runs: a constant
-    share is not the model (docs/shared-gpu.md)."""
+    instances (the run of the batch ahead), which a profile forming bigger batches keeps less
+    busy. 0 carries all of it to the other profiles as delay they would meet too (before
+    2026-12-05): on cotenants-day's afternoon the default queued ~10 ms on instances ~90%
+    busy, and the check read wait25 at 61-66 ms once serving where wait25 held measured a
+    p95 of 51.5; at 1 it reads 46-53 ms there (docs/shared-gpu.md)."""
 
     def __post_init__(self) -> None:
         _fraction("device.shared_min", self.shared_min, zero=False)
