@@ -316,7 +316,8 @@ def test_the_shared_rule_acts_at_act_p95_x_the_slo(act: float, moves: bool) -> N
         assert rec.target == 0 and "> 0.95 x SLO 57 ms" in rec.message, rec.message
 
 
-@pytest.mark.parametrize(("act", "climb", "climbs"), [(1.0, 1.0, True), (0.95, 1.0, False), (1.0, 0.95, False)])
+@pytest.mark.parametrize(("act", "climb", "climbs"),
+                         [(1.0, 1.0, True), (0.95, 1.0, False), (1.0, 0.95, False)])
 def test_a_climb_is_refused_where_the_shared_rule_would_act(act: float, climb: float, climbs: bool) -> None:
     """The climb check reads the line the shared rule acts at, or the band ``climb_p95`` under
     it (the default 0.95), so that a climb it allows is not undone a window later: wait25
@@ -358,8 +359,8 @@ def test_own_queue_keeps_the_live_profiles_queueing_off_the_climb_check(
     from autobatch.policy.rules import efficiency
     from autobatch.policy.settings import DeviceSettings, Efficiency
 
-    s = settings(ladder=(DEFAULT, WAIT25), efficiency=Efficiency(headroom=0.85), trust=Trust(p95_settle_s=0.0),
-                 device=DeviceSettings(own_queue=own_queue, climb_p95=climb))
+    s = settings(ladder=(DEFAULT, WAIT25), efficiency=Efficiency(headroom=0.85),
+                 trust=Trust(p95_settle_s=0.0), device=DeviceSettings(own_queue=own_queue, climb_p95=climb))
     w = dwin(100.0, rate=rate, batch=batch, stretch=stretch, others=others, mean_ms=mean_ms, p95_ms=30.0)
     c = ctx("triton-default", w, s)
     rec = efficiency(c)

@@ -40,7 +40,7 @@ def test_the_ladder_oracle_leaves_out_the_statics_off_the_ladder() -> None:
     """cotenants-linger on the shipped ladder, `aggressive` held beside: the verdict's oracle
     takes `aggressive` in low-shared (the controllers miss 1.1x it); over [triton-default,
     wait25] alone the oracle takes the default there, and the controllers come within 1.1x."""
-    doc = json.loads((ROOT / "benchmarks" / "results" / "shared_gpu" / "20261204-200215.json")
+    doc = json.loads((ROOT / "benchmarks" / "results" / "shared_gpu" / "superseded" / "20261204-200215.json")
                      .read_text(encoding="utf-8"))
     rows = _report().ladder_oracle(doc)
     assert len(rows) == 6 and {r["mode"] for r in rows} == {"reload", "gateway"}

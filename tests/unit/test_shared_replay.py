@@ -108,7 +108,7 @@ def test_the_demos_co_tenants_are_answered_within_two_windows_through_the_shippe
 
 # -- the saved shared-GPU runs on the shipped T4 config where the co-tenants' arrival needed a move --
 
-EBB = ROOT / "benchmarks" / "results" / "shared_gpu" / "20261204-211414.json"
+EBB = ROOT / "benchmarks" / "results" / "shared_gpu" / "20261205-030839.json"
 
 
 def _ebb_runs() -> list[tuple[str, float]]:
