@@ -368,3 +368,43 @@ def test_own_queue_keeps_the_live_profiles_queueing_off_the_climb_check(
     assert c.p95_predicted[1] < 0.85 * SLO, why  # the prediction itself allows the climb in each
     # the decision log carries what the check read
     assert c.signals()["p95_once_live_ms"]["wait25"] == round(c.p95_once_live[1], 1)
+
+
+# -- device.wait_tail: how much of a profile's wait for a batch the p95 floor multiplies ----------
+
+
+AGG = Profile("aggressive", 32, (32,), 17076)
+
+
+@pytest.mark.parametrize(
+    ("wait_tail", "moves", "why"),
+    [
+        (1.0, True, "cotenants-linger's low-shared, r3 (2026-12-05): read ~62 ms and moved back; "
+                    "held there aggressive measured a p95 of 50-51"),
+        (0.0, False, "the same window with its ~14 ms wait counted once: read ~55 ms, under the SLO"),
+    ],
+)
+def test_wait_tail_sets_how_much_of_the_wait_the_floor_multiplies(
+        wait_tail: float, moves: bool, why: str) -> None:
+    from autobatch.policy.settings import DeviceSettings
+
+    s = settings(ladder=(DEFAULT, AGG), device=DeviceSettings(wait_tail=wait_tail))
+    w = dwin(100.0, rate=38.0, batch=1.65, stretch=1.81, others=0.54, mean_ms=41.33, p95_ms=48.4)
+    c = ctx("aggressive", w, s)
+    rec = shared(c)
+    assert (rec is not None) is moves, (why, rec, c.p95_predicted)
+    floor = 1.5 * w.mean_request_ms  # type: ignore[operator]
+    if wait_tail == 1.0:
+        assert c.p95_predicted[1] >= floor - 1e-9, why
+    else:
+        assert 0.85 * floor < c.p95_predicted[1] < SLO, why
+
+
+def test_wait_tail_never_reads_a_p95_under_the_mean_request() -> None:
+    from autobatch.policy.settings import DeviceSettings
+
+    s = settings(ladder=(DEFAULT, AGG), device=DeviceSettings(wait_tail=0.0))
+    w = dwin(100.0, rate=38.0, batch=1.65, stretch=1.81, others=0.54, mean_ms=20.0, p95_ms=30.0)
+    c = ctx("aggressive", w, s)
+    assert c.p95_predicted[1] >= w.mean_request_ms
+    assert all(v >= 0 for v in c.p95_once_live.values())

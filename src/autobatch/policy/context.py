@@ -407,21 +407,35 @@ def _p95_predictions(w: Observation, s: PolicySettings, current: int, curve: Bat
     stretches every other profile's batch too."""
     if w.others_share is None or curve is None:
         return {}, {}
+    d = s.device
     parts = {i: p95_parts(p, demand, curve, w.instance_count, stretch) for i, p in enumerate(s.ladder)}
     live = parts[current]
-    seen = 0.0 if w.mean_request_ms is None else s.device.p95_per_mean * w.mean_request_ms
+    # Each profile's mean wait for a batch; the floor multiplies ``device.wait_tail`` of it.
+    waits = {i: mean_wait_ms(p, demand) for i, p in enumerate(s.ladder)}
+    # What the floor leaves unmultiplied of a mean request: the part of a profile's wait that
+    # counts once (not more than the live window's queue time, which holds that wait).
+    once = {i: (1.0 - d.wait_tail) * waits[i] for i in waits}
+    once[current] = min(once[current], w.mean_queue_ms or 0.0)
+    seen = 0.0 if w.mean_request_ms is None else _floor(w.mean_request_ms, once[current], d.p95_per_mean)
     now = max(live.p95_ms(stretch), seen)
     tail = max(stretch, (now - live.ahead_ms) / live.run_ms) if live.run_ms > 0 else stretch
     pred = {i: part.p95_ms(tail) for i, part in parts.items()}
     if w.mean_request_ms is None:
         return pred, {}
     # Each profile's own part of a mean request: its mean wait for a batch and its batch's run.
-    own = {i: mean_wait_ms(p, demand) + parts[i].run_ms * stretch for i, p in enumerate(s.ladder)}
+    own = {i: waits[i] + parts[i].run_ms * stretch for i in waits}
     # The live profile's queueing for its own busy instances (``device.own_queue`` of it) is not
     # carried to the others: a profile forming bigger batches keeps its instances less busy.
-    queued = max(0.0, (w.mean_queue_ms or 0.0) - mean_wait_ms(s.ladder[current], demand))
-    rest = max(0.0, w.mean_request_ms - own[current] - s.device.own_queue * queued)
-    return pred, {i: max(pred[i], s.device.p95_per_mean * (rest + own[i])) for i in pred}
+    queued = max(0.0, (w.mean_queue_ms or 0.0) - waits[current])
+    rest = max(0.0, w.mean_request_ms - own[current] - d.own_queue * queued)
+    return pred, {i: max(pred[i], _floor(rest + own[i], once[i], d.p95_per_mean)) for i in pred}
+
+
+def _floor(mean_ms: float, once_ms: float, per_mean: float) -> float:
+    """The p95 a mean request time of ``mean_ms`` stands for: ``per_mean`` x it, but for
+    ``once_ms`` of it (a wait for a batch, bounded by the max delay), counted once."""
+    once = min(max(once_ms, 0.0), mean_ms)
+    return per_mean * (mean_ms - once) + once
 
 
 def _round(x: float | None, digits: int = 1) -> float | None:

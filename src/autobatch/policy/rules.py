@@ -308,7 +308,7 @@ RULES: tuple[Rule, ...] = (
     Rule("survival", shared, (
         "p95_predicted", "stretch", "capacity", "demand_rps", "window.others_share",
         "window.stretch", "window.mean_request_ms", "device.shared_min", "device.p95_per_mean",
-        "device.target_p95", "device.act_p95", "capacity.margin")),
+        "device.wait_tail", "device.target_p95", "device.act_p95", "capacity.margin")),
     # protective: failures
     Rule("protective", failures, (
         "failures_rps", "capacity", "protective.failure_rps_threshold", "protective.failure_reasons",
@@ -336,7 +336,8 @@ RULES: tuple[Rule, ...] = (
         "window.p95_ms", "window.utilization", "window.others_share", "window.busy_share",
         "window.mean_request_ms", "efficiency.headroom", "efficiency.util_ceiling", "efficiency.min_saving",
         "efficiency.min_freed_share", "efficiency.max_busy", "efficiency.max_load", "efficiency.max_p95",
-        "device.shared_min", "device.p95_per_mean", "device.act_p95", "device.climb_p95", "device.own_queue",
+        "device.shared_min", "device.p95_per_mean", "device.wait_tail", "device.act_p95", "device.climb_p95",
+        "device.own_queue",
         "window.mean_queue_ms")),
     Rule("efficiency", low_load, (
         "costs", "capacity", "window.busy_share", "efficiency.wait_max_busy", "efficiency.latency_tolerance",

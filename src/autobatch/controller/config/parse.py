@@ -254,7 +254,7 @@ _FRACTIONS = {
     "efficiency.wait_max_busy",
     "capacity.busy_ceiling", "capacity.live_min_busy", "capacity.device_alpha", "forecast.alpha",
     "forecast.beta", "device.shared_min", "device.target_p95", "device.act_p95",
-    "device.climb_p95", "device.own_queue",
+    "device.climb_p95", "device.own_queue", "device.wait_tail",
 }
 _ABOVE_ZERO = {"efficiency.max_busy", "efficiency.max_p95", "efficiency.max_load", "efficiency.wait_max_busy",
                "capacity.busy_ceiling", "capacity.device_alpha", "forecast.alpha", "forecast.beta",

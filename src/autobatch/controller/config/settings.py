@@ -78,6 +78,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "policy.device.act_p95": (0.0, 1.0),
     "policy.device.climb_p95": (0.0, 1.0),
     "policy.device.own_queue": (0.0, 1.0),
+    "policy.device.wait_tail": (0.0, 1.0),
     "signals.range_s": (0.0, _DAY_S),
     "signals.timeout_s": (0.0, 300.0),
     "signals.max_scrape_bytes": (1_024, 1 << 30),
