@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from autobatch.policy.capacity import mean_wait_ms
+from autobatch.policy.context import p95_floor
 from autobatch.policy.settings import DeviceSettings
 from autobatch.profiles import Profile, load_profiles
 
@@ -37,10 +38,9 @@ PROFILES = ("profiles/resnet50", "profiles/experiments/resnet50")
 
 
 def floor(mean_ms: float, wait_ms: float, queue_ms: float, wait_tail: float, per_mean: float) -> float:
-    """The policy's floor for the live profile (context._floor): ``per_mean`` x the mean
-    request, but for ``1 - wait_tail`` of its wait for a batch (no more than the queue time)."""
-    once = min(max((1.0 - wait_tail) * wait_ms, 0.0), queue_ms, mean_ms)
-    return per_mean * (mean_ms - once) + once
+    """The policy's floor for the live profile: ``1 - wait_tail`` of its wait for a batch (no
+    more than the window's queue time) counted once, as ``_p95_predictions`` gives it."""
+    return p95_floor(mean_ms, min((1.0 - wait_tail) * wait_ms, queue_ms), per_mean)
 
 
 def windows(path: Path, hold_s: float, profiles: dict[str, Profile]) -> list[dict[str, Any]]:
@@ -60,8 +60,7 @@ def windows(path: Path, hold_s: float, profiles: dict[str, Profile]) -> list[dic
                 continue
             out.append({"profile": active, "others": w["others_share"], "p95": w["p95_ms"],
                         "mean": w["mean_request_ms"], "queue": w["mean_queue_ms"],
-                        "wait": mean_wait_ms(profiles[active], sig["demand_rps"]),
-                        "logged": (sig.get("p95_predicted_ms") or {}).get(active)})
+                        "wait": mean_wait_ms(profiles[active], sig["demand_rps"])})
     return out
 
 
@@ -93,7 +92,7 @@ def main() -> None:
              "mean_wait_ms": round(statistics.median(w["wait"] for w in ws), 1)}
         groups.append(g)
         one, zero = g["floor_over_p95"]["1.0"], g["floor_over_p95"]["0.0"]
-        p = g['p95_per_mean']['median']
+        p = g["p95_per_mean"]["median"]
         print(f"{name:15s} {device:6s} {len(ws):5d} windows: p95 {p:.2f}x the mean; "
               f"floor/p95 at wait_tail 1 {one['median']:.2f} (under {one['under_share']:.0%}), "
               f"at 0 {zero['median']:.2f} (under {zero['under_share']:.0%})")

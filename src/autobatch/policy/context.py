@@ -416,7 +416,7 @@ def _p95_predictions(w: Observation, s: PolicySettings, current: int, curve: Bat
     # counts once (not more than the live window's queue time, which holds that wait).
     once = {i: (1.0 - d.wait_tail) * waits[i] for i in waits}
     once[current] = min(once[current], w.mean_queue_ms or 0.0)
-    seen = 0.0 if w.mean_request_ms is None else _floor(w.mean_request_ms, once[current], d.p95_per_mean)
+    seen = 0.0 if w.mean_request_ms is None else p95_floor(w.mean_request_ms, once[current], d.p95_per_mean)
     now = max(live.p95_ms(stretch), seen)
     tail = max(stretch, (now - live.ahead_ms) / live.run_ms) if live.run_ms > 0 else stretch
     pred = {i: part.p95_ms(tail) for i, part in parts.items()}
@@ -428,10 +428,10 @@ def _p95_predictions(w: Observation, s: PolicySettings, current: int, curve: Bat
     # carried to the others: a profile forming bigger batches keeps its instances less busy.
     queued = max(0.0, (w.mean_queue_ms or 0.0) - waits[current])
     rest = max(0.0, w.mean_request_ms - own[current] - d.own_queue * queued)
-    return pred, {i: max(pred[i], _floor(rest + own[i], once[i], d.p95_per_mean)) for i in pred}
+    return pred, {i: max(pred[i], p95_floor(rest + own[i], once[i], d.p95_per_mean)) for i in pred}
 
 
-def _floor(mean_ms: float, once_ms: float, per_mean: float) -> float:
+def p95_floor(mean_ms: float, once_ms: float, per_mean: float) -> float:
     """The p95 a mean request time of ``mean_ms`` stands for: ``per_mean`` x it, but for
     ``once_ms`` of it (a wait for a batch, bounded by the max delay), counted once."""
     once = min(max(once_ms, 0.0), mean_ms)

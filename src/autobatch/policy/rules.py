@@ -337,8 +337,7 @@ RULES: tuple[Rule, ...] = (
         "window.mean_request_ms", "efficiency.headroom", "efficiency.util_ceiling", "efficiency.min_saving",
         "efficiency.min_freed_share", "efficiency.max_busy", "efficiency.max_load", "efficiency.max_p95",
         "device.shared_min", "device.p95_per_mean", "device.wait_tail", "device.act_p95", "device.climb_p95",
-        "device.own_queue",
-        "window.mean_queue_ms")),
+        "device.own_queue", "window.mean_queue_ms")),
     Rule("efficiency", low_load, (
         "costs", "capacity", "window.busy_share", "efficiency.wait_max_busy", "efficiency.latency_tolerance",
         "efficiency.min_freed_share", "capacity.margin")),
