@@ -100,6 +100,7 @@ def test_the_old_flat_policy_keys_load_as_their_groups_with_one_line_each(tmp_pa
          None),
         ({"forecast": {"enabled": False}, "forecast_z": 2}, None),
         ({"forecast": {"enabled": "no"}}, "policy.forecast.enabled = 'no': must be true or false"),
+        ({"device": {"floor_alone": 1}}, "policy.device.floor_alone = 1: must be true or false"),
         ({"stability": {"confirmatons": 2}},
          "policy.stability.confirmatons = 2: unknown field (did you mean confirmations?)"),
         ({"efficiency": {"max_busy": 0}}, "policy.efficiency.max_busy = 0.0: must be a fraction in (0, 1]"),
@@ -459,3 +460,8 @@ def test_max_load_is_grouped_only_a_fraction_or_null(tmp_path, value, got, error
 def test_max_load_has_no_flat_spelling(tmp_path):
     with pytest.raises(ConfigError, match="max_load"):
         _policy(tmp_path, {"max_load": 0.7})
+
+
+def test_device_floor_alone_is_off_unless_written(tmp_path):
+    assert _policy(tmp_path, {}).policy.device.floor_alone is False
+    assert _policy(tmp_path, {"device": {"floor_alone": True}}).policy.device.floor_alone is True

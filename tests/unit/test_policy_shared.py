@@ -408,3 +408,49 @@ def test_wait_tail_never_reads_a_p95_under_the_mean_request() -> None:
     c = ctx("aggressive", w, s)
     assert c.p95_predicted[1] >= w.mean_request_ms
     assert all(v >= 0 for v in c.p95_once_live.values())
+
+
+# -- device.floor_alone: the floor read on a device the model has to itself --------------------------
+
+
+def _burst() -> Window:
+    """bursty's burst of 150/s in bursts of 8 on wait25, alone (20261205-192910, run 2, gateway,
+    20.5 s in): its requests averaged 43 ms; the summary p95 lagged at 50.6, the phase's p95 was 56."""
+    return dwin(100.0, rate=143.9, batch=11.1, stretch=1.13, others=0.0, mean_ms=43.1, p95_ms=50.6)
+
+
+@pytest.mark.parametrize("alone", [False, True])
+def test_floor_alone_lets_the_shared_rule_read_a_burst_on_a_device_of_its_own(alone: bool) -> None:
+    from autobatch.policy.settings import DeviceSettings
+
+    s = settings(ladder=(DEFAULT, AGG, WAIT25), device=DeviceSettings(floor_alone=alone))
+    c = ctx("wait25", _burst(), s)
+    assert not c.shared and c.floor_counts is alone
+    assert c.p95_predicted[2] > SLO  # the floor reads it over the SLO either way ...
+    rec = shared(c)
+    if not alone:
+        assert rec is None  # ... and only with floor_alone does the rule act on it
+        return
+    assert rec is not None and rec.reason is Reason.SHARED and rec.target < 2
+    assert rec.message.startswith("the device is the model's own (others 0%)"), rec.message
+
+
+@pytest.mark.parametrize(
+    ("rate", "batch", "stretch", "mean_ms", "why"),
+    [
+        (150.0, 2.3, 1.07, 21.0, "Poisson 150/s alone (step, ramp): the default's requests average 21 ms"),
+        (40.0, 1.1, 1.0, 13.5, "40/s alone"),
+    ],
+)
+def test_floor_alone_does_not_refuse_the_climbs_of_poisson_load(
+        rate: float, batch: float, stretch: float, mean_ms: float, why: str) -> None:
+    from autobatch.policy.rules import efficiency
+    from autobatch.policy.settings import DeviceSettings, Efficiency
+
+    s = settings(ladder=(DEFAULT, WAIT25), efficiency=Efficiency(headroom=0.85),
+                 trust=Trust(p95_settle_s=0.0), device=DeviceSettings(floor_alone=True))
+    c = ctx("triton-default", dwin(100.0, rate=rate, batch=batch, stretch=stretch, others=0.0,
+                                   mean_ms=mean_ms, p95_ms=30.0), s)
+    assert c.floor_counts and c.p95_once_live[1] < 0.95 * SLO, (why, c.p95_once_live)
+    rec = efficiency(c)
+    assert rec is not None and rec.target == 1, (why, rec)

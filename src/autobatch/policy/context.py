@@ -112,6 +112,12 @@ class Context:
         return o is not None and o >= self.settings.device.shared_min - EPS
 
     @property
+    def floor_counts(self) -> bool:
+        """The shared rule and the climb check read the p95 floor in this window: the device is
+        shared, or ``device.floor_alone`` and the window says what the device does."""
+        return self.shared or (self.settings.device.floor_alone and self.device_seen)
+
+    @property
     def device_note(self) -> str:
         """Whose the device is, for the messages: shared (and how much the batches stretch), or
         the model's own (a stretch is then its own load's)."""

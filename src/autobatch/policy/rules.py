@@ -134,17 +134,18 @@ def forecast(ctx: Context) -> Recommendation | None:
 
 
 def shared(ctx: Context) -> Recommendation | None:
-    """Others use at least ``device.shared_min`` of the device, and the live profile's p95 with
-    its batches stretched as the window measured would pass ``device.act_p95`` x the SLO: to
-    the profile nearest the live one predicted under ``device.target_p95`` x the SLO, else to
-    the most latency-oriented one, of those that carry the load."""
+    """Others use at least ``device.shared_min`` of the device (or, with ``device.floor_alone``,
+    the window says what the device does), and the live profile's p95 with its batches
+    stretched as the window measured would pass ``device.act_p95`` x the SLO: to the profile
+    nearest the live one predicted under ``device.target_p95`` x the SLO, else to the most
+    latency-oriented one, of those that carry the load."""
     # The summary p95 would show the breach after up to a minute; the stretch shows it in
     # the first window the co-tenants share, so this acts on one window, as a survival move.
     # The fallback is the rung that waits least: near saturation on a shared device a wait
     # costs more than the estimate says (simulated: 85 ms for a waiting rung, 62 for the default).
     pred, slo = ctx.p95_predicted, ctx.settings.slo_p95_ms
     act = ctx.settings.device.act_p95 * slo
-    if not ctx.shared or ctx.current == 0 or not pred or pred[ctx.current] <= act + EPS:
+    if not ctx.floor_counts or ctx.current == 0 or not pred or pred[ctx.current] <= act + EPS:
         return None
     cap, need = ctx.capacity.rps, ctx.demand_rps * ctx.settings.capacity.margin
     below = [i for i in range(ctx.current - 1, -1, -1) if (c := cap[i]) is None or c >= need]
@@ -253,8 +254,8 @@ def relief(ctx: Context) -> Recommendation | None:
 def efficiency(ctx: Context) -> Recommendation | None:
     """A profile above saves ``efficiency.min_saving`` of the device time per request and frees
     ``efficiency.min_freed_share`` of the instances' time, its predicted p95 stays under headroom x SLO
-    (and, on a shared device, as the shared rule would read it once it serves, under where it
-    acts, or the band ``device.climb_p95`` under that)
+    (and, on a shared device or with ``device.floor_alone``, as the shared rule would read it
+    once it serves, under where it acts, or the band ``device.climb_p95`` under that)
     and it carries the load, with room to make the move (``efficiency.max_busy``,
     ``efficiency.max_load``, ``efficiency.max_p95``): a step toward throughput."""
     return _step_up(ctx).move
@@ -307,8 +308,9 @@ RULES: tuple[Rule, ...] = (
     Rule("survival", forecast, ("forecast", "capacity", "capacity.margin", "capacity.min_gain")),
     Rule("survival", shared, (
         "p95_predicted", "stretch", "capacity", "demand_rps", "window.others_share",
-        "window.stretch", "window.mean_request_ms", "device.shared_min", "device.p95_per_mean",
-        "device.wait_tail", "device.target_p95", "device.act_p95", "capacity.margin")),
+        "window.stretch", "window.mean_request_ms", "device.shared_min", "device.floor_alone",
+        "device.p95_per_mean", "device.wait_tail", "device.target_p95", "device.act_p95",
+        "capacity.margin")),
     # protective: failures
     Rule("protective", failures, (
         "failures_rps", "capacity", "protective.failure_rps_threshold", "protective.failure_reasons",
@@ -336,8 +338,8 @@ RULES: tuple[Rule, ...] = (
         "window.p95_ms", "window.utilization", "window.others_share", "window.busy_share",
         "window.mean_request_ms", "efficiency.headroom", "efficiency.util_ceiling", "efficiency.min_saving",
         "efficiency.min_freed_share", "efficiency.max_busy", "efficiency.max_load", "efficiency.max_p95",
-        "device.shared_min", "device.p95_per_mean", "device.wait_tail", "device.act_p95", "device.climb_p95",
-        "device.own_queue", "window.mean_queue_ms")),
+        "device.shared_min", "device.floor_alone", "device.p95_per_mean", "device.wait_tail",
+        "device.act_p95", "device.climb_p95", "device.own_queue", "window.mean_queue_ms")),
     Rule("efficiency", low_load, (
         "costs", "capacity", "window.busy_share", "efficiency.wait_max_busy", "efficiency.latency_tolerance",
         "efficiency.min_freed_share", "capacity.margin")),
@@ -543,12 +545,13 @@ def _search_above(ctx: Context, p95_ms: float, limit_ms: float) -> Search:
         added = (wait_ms(nxt, demand) - wait_ms(cur, demand)) + max(
             0.0, batch_ms(curve, b) - batch_ms(curve, b_cur))
         predicted = pred[i] if pred else p95_ms + max(0.0, added)
-        once = ctx.p95_once_live.get(i) if ctx.shared else None
+        once = ctx.p95_once_live.get(i) if ctx.floor_counts else None
         if predicted >= limit_ms:
             refused.append(f"{nxt.name} saves {saving.share:.0%} but its p95 would be ~{predicted:.0f} ms")
         elif once is not None and once > _climb_p95(s) * s.slo_p95_ms + EPS:
             # The shared rule would read this from the profile's own requests and move back.
-            refused.append(f"{nxt.name} saves {saving.share:.0%} but, serving on the shared device, its "
+            where = "the shared device" if ctx.shared else "the device"
+            refused.append(f"{nxt.name} saves {saving.share:.0%} but, serving on {where}, its "
                            f"p95 would read ~{once:.0f} ms > {_climb_limit(s)}")
         elif c is not None and c < demand * s.capacity.margin:
             refused.append(f"{nxt.name} carries only {c:.0f}/s")

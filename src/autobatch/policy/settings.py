@@ -267,6 +267,13 @@ class DeviceSettings:
     p95 was 1.24x its windows' mean request (median of 644 windows of the saved runs, 1.00-1.67)
     and the floor at 1 read it 1.21x over that p95 (under it in 2%); 0 reads it 1.04x over, but
     under it in a quarter of the windows (docs/shared-gpu.md, "What the p95 floor reads")."""
+    floor_alone: bool = False
+    """The shared rule and the climb check read the p95 floor on a device the model has to
+    itself too (others under ``shared_min``), where the window says what the device does.
+    False: only while shared (as before). Over the latest shipped run of every T4 schedule
+    (2026-12-05), wait25's floor passed the SLO alone in 75 of `bursty`'s 120 burst windows
+    (bursts of 8: measured p95 56 ms, the summary's lagging at 50-52) and in none of the 5241
+    windows it served alone on the nine others."""
 
     def __post_init__(self) -> None:
         _fraction("device.shared_min", self.shared_min, zero=False)

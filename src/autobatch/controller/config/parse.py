@@ -338,7 +338,7 @@ def _policy_value(sec: Section, key: str, path: str) -> Any:
     """``sec[key]``, the policy field ``path`` (``group.field``), checked by its kind."""
     group, name = path.split(".")
     default = getattr(GROUPS[group](), name)
-    if path == "forecast.enabled":
+    if isinstance(default, bool):  # forecast.enabled, device.floor_alone
         return sec.bool(key, default)
     if path == "protective.failure_reasons":
         return failure_reasons(sec, key, sec.raw(key, list(default)))
