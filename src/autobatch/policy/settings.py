@@ -273,7 +273,9 @@ class DeviceSettings:
     False: only while shared (as before). Over the latest shipped run of every T4 schedule
     (2026-12-05), wait25's floor passed the SLO alone in 75 of `bursty`'s 120 burst windows
     (bursts of 8: measured p95 56 ms, the summary's lagging at 50-52) and in none of the 5241
-    windows it served alone on the nine others."""
+    windows it served alone on the nine others. On ``[triton-default, wait25]`` it moves the
+    bursts to the default: 0.89-0.92x the default's device time against 0.69x off, for at most
+    0.6 points (docs/shared-gpu.md); it waits for a ladder with a rung between."""
 
     def __post_init__(self) -> None:
         _fraction("device.shared_min", self.shared_min, zero=False)
