@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -319,6 +320,8 @@ def test_the_window_shows_the_stretch_co_tenants_cause_and_whose_the_device_is(
     assert all(w.others_share is not None and w.others_share < 0.2 for w in alone), alone
     # Shared: the co-tenants hold the device two turns in three, and every batch waits them out.
     assert all(w.others_share is not None and w.others_share > 0.4 for w in shared), shared
-    assert min(w.stretch for w in shared) > 1.3 * max(w.stretch for w in alone), (
+    # Medians: one alone window of a slow moment reads well over 1 (2.5 against 1.4-1.8 beside
+    # it in fresh-ci on 2026-12-05, when the loaded machine held a batch's backend path longer).
+    assert statistics.median(w.stretch for w in shared) > 1.3 * statistics.median(w.stretch for w in alone), (
         [w.stretch for w in alone], [w.stretch for w in shared])
     assert all(w.own_device_share is not None and w.own_device_share < 0.5 for w in shared)
