@@ -64,6 +64,35 @@ def windows(path: Path, hold_s: float, profiles: dict[str, Profile]) -> list[dic
     return out
 
 
+def alone_over_slo(result: Path, profile: str, slo_ms: float, shared_min: float) -> dict[str, list[int]]:
+    """Per phase of one saved side-by-side run: [windows where ``profile`` was live on a device
+    of its own (others under ``shared_min``) and its logged ``p95_predicted_ms``, the floor's
+    reading, passed ``slo_ms``; all such windows], over its controllers' decision logs."""
+    data = json.loads(result.read_text(encoding="utf-8"))["data"]
+    starts, t = [], 0.0
+    for ph in data["phases"]:
+        if ph["name"] != "lead-in":
+            starts.append((t, ph["name"]))
+            t += ph["duration_s"]
+    out: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for path in sorted(LOGS.glob(f"{result.stem}-*.jsonl.gz")):
+        _, rep, grp, mode = path.name.removesuffix(".jsonl.gz").rsplit("-", 3)
+        run = next(r for r in data["runs"] if r["repeat"] == int(rep[1:]))
+        t0 = run["groups"][int(grp[1:])]["modes"][mode]["t0_wall"] + data["lead_in_s"]
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            for line in f:
+                e = json.loads(line)
+                sig = (e.get("decision") or {}).get("signals") or {}
+                pred = (sig.get("p95_predicted_ms") or {}).get(profile)
+                others = sig.get("others_share")
+                if e.get("active") != profile or pred is None or others is None or others >= shared_min:
+                    continue
+                phase = max((s for s in starts if s[0] <= e["ts"] - t0), default=(0.0, "lead-in"))[1]
+                out[phase][1] += 1
+                out[phase][0] += pred > slo_ms
+    return dict(out)
+
+
 def spread(xs: list[float]) -> dict[str, float]:
     return {"median": round(statistics.median(xs), 3), "min": round(min(xs), 3), "max": round(max(xs), 3),
             "under_share": round(sum(x < 1.0 for x in xs) / len(xs), 3)}
@@ -73,8 +102,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--hold-s", type=float, default=75.0,
                     help="only windows where the profile had served this long (default 75)")
+    ap.add_argument("--alone", metavar="RESULT", type=Path, nargs="+",
+                    help="saved side-by-side runs: per phase, the windows where wait25 served on a device "
+                         "of its own and the floor read it over the SLO (60 ms); prints, saves nothing")
     args = ap.parse_args()
     d = DeviceSettings()
+    if args.alone:
+        for result in args.alone:
+            counts = alone_over_slo(result, "wait25", 60.0, d.shared_min)
+            print(result.stem, ", ".join(f"{ph} {n}/{m}" for ph, (n, m) in counts.items() if ph != "lead-in"))
+        return
     profiles: dict[str, Profile] = {}
     for folder in PROFILES:
         profiles.update(load_profiles(ROOT / folder))
