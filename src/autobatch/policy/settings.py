@@ -275,7 +275,8 @@ class DeviceSettings:
     (bursts of 8: measured p95 56 ms, the summary's lagging at 50-52) and in none of the 5241
     windows it served alone on the nine others. On ``[triton-default, wait25]`` it moves the
     bursts to the default: 0.89-0.92x the default's device time against 0.69x off, for at most
-    0.6 points (docs/shared-gpu.md); it waits for a ladder with a rung between."""
+    0.6 points (docs/shared-gpu.md). With ``aggressive`` between, it never acted: the
+    ``self_inflicted_wait`` rule had moved ``wait25`` down at 15/s before the bursts came."""
 
     def __post_init__(self) -> None:
         _fraction("device.shared_min", self.shared_min, zero=False)
