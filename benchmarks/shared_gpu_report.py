@@ -203,6 +203,10 @@ def rows_for(result: Mapping[str, Any]) -> list[dict[str, Any]]:
                         f"with every static profile", verdict_line(result, mode),
                         key=f"shared_gpu_{sched}_{mode}", value=None if not dv else dv["median"], unit="x",
                         value_name="device vs default"))
+    if result.get("variants") or tuple(controllers(result)) != CONTROLLERS:
+        # An experiment: its co-tenants and headroom are in docs/shared-gpu.md's table. These
+        # two rows are by schedule, so in docs/results.md they would replace the shipped run's.
+        return rows
     cot = cotenant_figures(result)
     if cot:
         rows.append(row(f"shared GPU ({result['curve']}), {sched}: the co-tenants' throughput by mode",
