@@ -347,3 +347,12 @@ def test_a_boundary_read_is_tried_again_after_a_failed_answer() -> None:
     answers[:] = [ValueError("a bug is not retried"), 1]
     with pytest.raises(ValueError):
         asyncio.run(retried(read, "stats", tries=3, first_wait_s=0.0))
+
+
+@pytest.mark.parametrize(("models", "interval_s"), [(1, 0.25), (2, 0.5), (3, 0.75), (0, 0.25)])
+def test_every_mode_reads_triton_stats_as_often_in_all(models: int, interval_s: float) -> None:
+    from autobatch.lab.sidebyside.worker import STATS_PER_S, stats_interval_s
+
+    got = stats_interval_s(models)
+    assert got == pytest.approx(interval_s)
+    assert max(1, models) / got == pytest.approx(STATS_PER_S)  # one reload mode's rate, a gateway's too

@@ -37,9 +37,23 @@ from autobatch.lab.sidebyside.readings import DeviceReading, device_figures, par
 from autobatch.load import LoadReport, RequestRecord, run_load
 from autobatch.schedule import Schedule, parse_schedule
 
-__all__ = ["WorkerSpec", "main", "retried", "run_worker", "summarise"]
+__all__ = ["STATS_PER_S", "WorkerSpec", "main", "retried", "run_worker", "stats_interval_s", "summarise"]
 
 T = TypeVar("T")
+
+STATS_PER_S = 4.0
+"""Triton ``/stats`` requests a second the worker makes between boundaries, the same in every
+mode so that the modes' generators carry the same work: one model read every 0.25 s (quick
+enough to see a reload as one, :meth:`~autobatch.lab.device.DeviceMeter.poll`), a gateway's
+two variants each every 0.5 s (they are never reloaded). Until 2026-12-05 every model was read
+every 0.25 s, so a gateway's generator process made 8 a second, each on a new connection, and
+used 1.08-1.16x the CPU of the reload's beside it in all 30 groups of the latest shipped
+``shared_gpu.py`` runs (the default's: 0.95-1.03x)."""
+
+
+def stats_interval_s(models: int) -> float:
+    """How often the worker reads each of ``models`` models' stats: :data:`STATS_PER_S` in all."""
+    return max(1, models) / STATS_PER_S
 
 
 @dataclass(frozen=True)
@@ -177,7 +191,7 @@ async def run_worker(spec: WorkerSpec) -> dict[str, Any]:
         await asyncio.sleep(max(0.0, spec.start_at - time.monotonic()))
         t0_wall = time.time() - (time.monotonic() - spec.start_at)
         marks = [await _mark(client, spec, meter)]
-        poller = asyncio.ensure_future(meter.poll(stop))
+        poller = asyncio.ensure_future(meter.poll(stop, interval_s=stats_interval_s(len(spec.models))))
         timeline = await _follow(spec, schedule, load, recorder, client, sidecar, meter, marks)
         report: LoadReport = await load
         marks[-1] = await _mark(client, spec, meter)
