@@ -3,10 +3,12 @@ and against endpoints that refuse, hang or answer with something else."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import socket
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -91,6 +93,20 @@ def reload_with_delay(client: httpx.Client, delay_us: int) -> None:
     assert r.status_code == 200, r.text
 
 
+async def sample_when(source: TritonSource, ok: Callable[[TritonSample], bool],
+                      timeout_s: float = 10.0) -> TritonSample:
+    """The first sample that is ``ok``, else the last one read after ``timeout_s``. A client can
+    have its answer before Triton's /stats counts its execution: the Python stub answers, then
+    the backend reports the statistics (CI, 2026-12-06: /metrics had both executions of a
+    reload's first two requests and /stats one, the two endpoints read 4.5 ms apart)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        sample = await source.sample()
+        if ok(sample) or time.monotonic() > deadline:
+            return sample
+        await asyncio.sleep(0.05)
+
+
 async def poll_window(source: TritonSource) -> Any:
     w = await source.poll()
     assert w is not None
@@ -112,7 +128,7 @@ async def test_reloads_and_a_restart_are_counter_resets() -> None:
         before = await source.sample()
         reload_with_delay(client, 3000)
         infer(client, 2)
-        after = await source.sample()
+        after = await sample_when(source, lambda s: s.stats is not None and s.stats.execution_count >= 2)
         assert after.metrics.counters["nv_inference_exec_count"] == (
             before.metrics.counters["nv_inference_exec_count"] + 2
         )
