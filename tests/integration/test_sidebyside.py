@@ -81,6 +81,9 @@ def test_every_mode_runs_the_same_trace_at_once_on_its_own_device(tmp_path: Path
         assert len(modes[c]["decisions"]) >= 5 and all(d["reason"] for d in modes[c]["decisions"])
         assert all(sum(p["profiles"].values()) > 0.99 for p in modes[c]["phases"][1:]), c
     assert group["cpu_cores"]["ours"] > 0 and group["cpu_cores"]["device"] > 0
+    by_mode = group["cpu_by_mode"]
+    assert set(by_mode) == set(modes) and all(r["triton"] > 0 and r["load"] > 0 for r in by_mode.values())
+    assert by_mode["reload"]["sidecar"] > 0 and by_mode["triton-default"]["sidecar"] == 0
     v = verdicts(cmp, [group])
     assert set(v["controllers"]) == {"reload", "gateway"}
     for c in v["controllers"].values():

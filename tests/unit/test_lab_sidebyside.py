@@ -33,6 +33,7 @@ from autobatch.lab.sidebyside.run import (
     HZ,
     Comparison,
     arrivals_s,
+    cpu_by_mode,
     decisions_from_log,
     machine_cores,
     whole_run,
@@ -274,6 +275,28 @@ def test_machine_cores_reads_the_cpu_line(delta: list[int], ours: float, want: d
 def test_machine_cores_without_two_readings_is_none(before: list[int] | None, after: list[int] | None,
                                                    wall: float) -> None:
     assert machine_cores(before, after, wall, 0.5) is None
+
+
+@pytest.mark.parametrize(("before", "after", "generators", "want", "why"), [
+    ({"a": {"triton": 1.0, "sidecar": 0.0}}, {"a": {"triton": 6.0, "sidecar": 2.0}}, {"a": 3.0},
+     {"a": {"triton": 0.5, "sidecar": 0.2, "load": 0.3, "all": 1.0}},
+     "each kind's seconds over the wall, the generator's own report as load, and their sum"),
+    ({"a": {"triton": 0.0}, "b": {"triton": 0.0, "sidecar": 0.0}},
+     {"a": {"triton": 4.0}, "b": {"triton": 5.0, "sidecar": 1.0}}, {"b": 2.0},
+     {"a": {"triton": 0.4, "load": 0.0, "all": 0.4},
+      "b": {"triton": 0.5, "sidecar": 0.1, "load": 0.2, "all": 0.8}},
+     "a mode without a sidecar has no sidecar row; a generator that reported nothing is 0"),
+    ({"a": {}}, {"a": {"device": 2.0}}, {"a": 0.0}, {"a": {"device": 0.2, "load": 0.0, "all": 0.2}},
+     "a process first read at the end counts from zero"),
+])
+def test_cpu_by_mode_splits_the_cores_by_mode_and_kind(before: dict[str, dict[str, float]],
+                                                       after: dict[str, dict[str, float]],
+                                                       generators: dict[str, float], want: dict[str, Any],
+                                                       why: str) -> None:
+    got = cpu_by_mode(before, after, generators, 10.0)
+    assert set(got) == set(want), why
+    for mode, row in want.items():
+        assert got[mode] == pytest.approx(row), (mode, why)
 
 
 # -- a repeat whose server stopped answering is run again ------------------------------------------

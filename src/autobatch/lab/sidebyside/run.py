@@ -52,8 +52,8 @@ from autobatch.lab.sidebyside.stack import ModeStack, StackSetup, check_sidecar_
 from autobatch.lab.sidebyside.worker import WorkerSpec
 from autobatch.schedule import Schedule
 
-__all__ = ["Comparison", "arrivals_s", "decisions_from_log", "machine_cores", "run_comparison", "verdicts",
-           "whole_run"]
+__all__ = ["Comparison", "arrivals_s", "cpu_by_mode", "decisions_from_log", "machine_cores", "run_comparison",
+           "verdicts", "whole_run"]
 
 START_MARGIN_S = 8.0
 """How far ahead the shared start is set, for every worker's set-up (connect, warm-up)."""
@@ -123,18 +123,39 @@ def machine_cores(before: Sequence[int] | None, after: Sequence[int] | None, wal
     return {"busy": round(busy, 3), "others": round(max(0.0, busy - ours), 3), "steal": round(steal, 3)}
 
 
+def _own_pids(stack: ModeStack) -> dict[str, list[int]]:
+    """One mode's server processes by kind (its generator reports its own CPU)."""
+    out: dict[str, list[int]] = {"device": [], "triton": [], "haproxy": [], "sidecar": []}
+    out["device"] += [stack.device.pid] if stack.device.pid else []
+    out["triton"] += group_members(stack.triton.pid) if stack.triton.pid else []
+    out["haproxy"] += [stack.haproxy_pid] if stack.haproxy_pid else []
+    if stack.mode.controller and stack.sidecar_pid:
+        out["sidecar"] += group_members(stack.sidecar_pid)
+    return out
+
+
 def _pids(stacks: Mapping[str, ModeStack], workers: Mapping[str, ManagedProcess]) -> dict[str, list[int]]:
     """Our processes by kind: what the CPU time of a run is summed over."""
     out: dict[str, list[int]] = {"device": [], "triton": [], "haproxy": [], "load": [], "sidecar": []}
     for name, s in stacks.items():
-        out["device"] += [s.device.pid] if s.device.pid else []
-        out["triton"] += group_members(s.triton.pid) if s.triton.pid else []
+        for kind, pids in _own_pids(s).items():
+            out[kind] += pids
         load = workers[name].pid
         out["load"] += [load] if load else []
-        if s.mode.controller and s.sidecar_pid:
-            out["sidecar"] += group_members(s.sidecar_pid)
-    for s in stacks.values():
-        out["haproxy"] += [s.haproxy_pid] if s.haproxy_pid else []
+    return out
+
+
+def cpu_by_mode(before: Mapping[str, Mapping[str, float]], after: Mapping[str, Mapping[str, float]],
+                generators: Mapping[str, float], wall_s: float) -> dict[str, dict[str, float]]:
+    """Each mode's cores by process kind over ``wall_s``, from two readings of its processes' CPU
+    seconds, with ``load`` its generator's own report and ``all`` their sum: which mode's stack
+    cost the two shared cores more (a controller's sidecar, a gateway's Triton of two variants)."""
+    out: dict[str, dict[str, float]] = {}
+    for name, kinds in after.items():
+        row = {k: round((v - before[name].get(k, 0.0)) / wall_s, 3) for k, v in kinds.items()}
+        row["load"] = round(generators.get(name, 0.0) / wall_s, 3)
+        row["all"] = round(sum(row.values()), 3)
+        out[name] = row
     return out
 
 
@@ -191,6 +212,8 @@ def run_group(cmp: Comparison, group: Sequence[ModeSpec], workdir: Path,
         time.sleep(max(0.0, start_at - time.monotonic()))
         pids = _pids(stacks, workers)
         cpu0, wall0, load0 = {k: _cpu_s(v) for k, v in pids.items()}, time.monotonic(), os.getloadavg()
+        own = {name: _own_pids(s) for name, s in stacks.items()}
+        own0 = {m: {k: _cpu_s(v) for k, v in kinds.items()} for m, kinds in own.items()}
         ticks0 = _machine_ticks()
 
         def ended() -> bool:
@@ -203,6 +226,7 @@ def run_group(cmp: Comparison, group: Sequence[ModeSpec], workdir: Path,
                    what=f"the modes' runs ({', '.join(workers)}) to end")
         wall, ticks1 = time.monotonic() - wall0, _machine_ticks()
         cpu = {k: round((_cpu_s(v) - cpu0[k]) / wall, 3) for k, v in pids.items() if k != "load"}
+        own1 = {m: {k: _cpu_s(v) for k, v in kinds.items()} for m, kinds in own.items()}
         results, logs = {}, {}
         for name, w in workers.items():
             status = w.exit_status()
@@ -211,6 +235,7 @@ def run_group(cmp: Comparison, group: Sequence[ModeSpec], workdir: Path,
             results[name] = json.loads((workdir / name / "result.json").read_text(encoding="utf-8"))
         # The generators have exited: their CPU is what each reported of itself (its set-up too).
         cpu["load"] = round(sum(r.get("cpu_s", 0.0) for r in results.values()) / wall, 3)
+        by_mode = cpu_by_mode(own0, own1, {m: r.get("cpu_s", 0.0) for m, r in results.items()}, wall)
         for name in workers:
             log = stacks[name].decision_log
             results[name]["decisions"] = decisions_from_log(
@@ -218,7 +243,8 @@ def run_group(cmp: Comparison, group: Sequence[ModeSpec], workdir: Path,
             if log is not None and log.is_file():
                 logs[name] = log.read_bytes()
     cpu["ours"] = round(sum(cpu.values()), 3)
-    return {"modes": results, "logs": logs, "cpu_cores": cpu, "wall_s": round(wall, 1),
+    return {"modes": results, "logs": logs, "cpu_cores": cpu, "cpu_by_mode": by_mode,
+            "wall_s": round(wall, 1),
             "machine_cores": machine_cores(ticks0, ticks1, wall, cpu["ours"]),
             "load_average": [round(x, 2) for x in os.getloadavg()], "load_average_start": list(load0)}
 
