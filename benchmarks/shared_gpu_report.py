@@ -17,7 +17,7 @@ from autobatch.lab.compare import oracle
 from autobatch.lab.sidebyside.layout import statics_of
 
 __all__ = ["cotenant_figures", "headroom", "headroom_line", "ladder_oracle", "merged_modes",
-           "print_comparison", "rows_for", "verdict_line"]
+           "mode_cores", "mode_cores_line", "print_comparison", "rows_for", "verdict_line"]
 
 CONTROLLERS = ("reload", "gateway")
 
@@ -157,6 +157,30 @@ def headroom(result: Mapping[str, Any]) -> dict[str, Any]:
             "others_cores_max": top(others), "steal_cores_max": top(steal)}
 
 
+def mode_cores(result: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """Each mode's own cores by process kind, the median over the groups it ran in (runs saved
+    before 2026-12-06 have no ``cpu_by_mode``: empty)."""
+    got: dict[str, dict[str, list[float]]] = {}
+    for run in result["runs"]:
+        for g in run["groups"]:
+            for mode, kinds in (g.get("cpu_by_mode") or {}).items():
+                for kind, cores in kinds.items():
+                    got.setdefault(mode, {}).setdefault(kind, []).append(cores)
+    return {m: {k: _median(v) for k, v in kinds.items()} for m, kinds in got.items()}
+
+
+def mode_cores_line(cores: Mapping[str, Mapping[str, float]]) -> str:
+    """The modes' own cores beside each other, each against the reload's where there is one."""
+    base = cores.get("reload", {}).get("all")
+
+    def one(m: str, k: Mapping[str, float]) -> str:
+        vs = f", {k['all'] / base:.2f}x the reload's" if base and m != "reload" else ""
+        return (f"{m} {k['all']:.3f} (Triton {k.get('triton', 0):.3f}, sidecar {k.get('sidecar', 0):.3f}, "
+                f"generator {k.get('load', 0):.3f}{vs})")
+
+    return "; ".join(one(m, k) for m, k in cores.items())
+
+
 def print_comparison(console: Console, result: Mapping[str, Any]) -> None:
     console.print(phase_table(result))
     for mode in controllers(result):
@@ -169,6 +193,9 @@ def print_comparison(console: Console, result: Mapping[str, Any]) -> None:
         console.print("co-tenants' throughput (items/s) and worst p95 (ms) by mode: " + ", ".join(
             f"{m} {v['items_per_s']:.0f}/s p95 {v['p95_ms']:.0f}" for m, v in cot.items()))
     console.print("CPU headroom: " + headroom_line(headroom(result)))
+    own = mode_cores(result)
+    if own:
+        console.print("each mode's own cores (median over groups): " + mode_cores_line(own))
     for f in result.get("failed", []):
         console.print(f"repeat {f['repeat'] + 1} failed (try {f['retry'] + 1}) in the group of "
                       f"{', '.join(f['group'])}: {f['error']}")

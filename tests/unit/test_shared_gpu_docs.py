@@ -209,6 +209,19 @@ def test_the_headroom_line_names_the_rest_of_the_machine_only_where_it_was_recor
     assert "the rest of the machine used at most" in report.headroom_line(h)
 
 
+def test_each_modes_own_cores_are_the_median_over_its_groups() -> None:
+    report = _report()
+    group = {"cpu_by_mode": {"reload": {"triton": 0.1, "sidecar": 0.02, "load": 0.03, "all": 0.15},
+                             "gateway": {"triton": 0.12, "sidecar": 0.03, "load": 0.03, "all": 0.18}}}
+    other = {"cpu_by_mode": {"reload": {"triton": 0.2, "sidecar": 0.02, "load": 0.03, "all": 0.25}}}
+    result = {"runs": [{"groups": [group, other]}, {"groups": [{"cpu_cores": {}}]}]}
+    cores = report.mode_cores(result)
+    assert cores["reload"]["all"] == pytest.approx(0.2) and cores["gateway"]["all"] == pytest.approx(0.18)
+    line = report.mode_cores_line(cores)
+    assert "gateway 0.180 (Triton 0.120, sidecar 0.030, generator 0.030, 0.90x the reload's)" in line
+    assert report.mode_cores({"runs": [{"groups": [{"cpu_cores": {}}]}]}) == {}
+
+
 def test_a_sigterm_ends_the_run_by_an_exception_so_its_servers_are_stopped() -> None:
     import signal
 
