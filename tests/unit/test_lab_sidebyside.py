@@ -277,6 +277,40 @@ def test_machine_cores_without_two_readings_is_none(before: list[int] | None, af
     assert machine_cores(before, after, wall, 0.5) is None
 
 
+_REAPS_A_BURNER = """
+import subprocess, sys
+sys.stdin.readline()
+subprocess.run([sys.executable, "-c",
+                "import time\\nwhile time.process_time() < 0.3: pass"], check=True)
+print("reaped", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_process_groups_cpu_counts_a_child_it_reaped_between_readings() -> None:
+    """A reload replaces Triton's stub: the old one's CPU must not vanish with it."""
+    import subprocess
+    import sys
+
+    from autobatch.lab.process import group_members
+    from autobatch.lab.sidebyside.run import _cpu_s
+
+    proc = subprocess.Popen([sys.executable, "-c", _REAPS_A_BURNER], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        before = _cpu_s(group_members(proc.pid))
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "reaped"
+        members = group_members(proc.pid)
+        assert members == [proc.pid]  # the burner is gone: only its parent's cutime holds it
+        assert _cpu_s(members) - before >= 0.29
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 @pytest.mark.parametrize(("before", "after", "generators", "want", "why"), [
     ({"a": {"triton": 1.0, "sidecar": 0.0}}, {"a": {"triton": 6.0, "sidecar": 2.0}}, {"a": 3.0},
      {"a": {"triton": 0.5, "sidecar": 0.2, "load": 0.3, "all": 1.0}},

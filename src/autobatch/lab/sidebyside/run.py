@@ -90,11 +90,15 @@ Event = Callable[[str], None]
 
 
 def _cpu_s(pids: Sequence[int]) -> float:
+    """The CPU seconds of ``pids`` and of the children they have reaped (/proc's utime, stime,
+    cutime and cstime). Read the members afresh at each reading: a Python-backend stub replaced by
+    a model reload is then counted while it lives and, once Triton has reaped it, in Triton's
+    cutime, so a reload mode's Triton is not under-read by its old stub's lifetime."""
     total = 0
     for pid in pids:
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
+            total += sum(int(x) for x in fields[11:15])
         except (OSError, IndexError, ValueError):
             continue
     return total / HZ
@@ -212,8 +216,7 @@ def run_group(cmp: Comparison, group: Sequence[ModeSpec], workdir: Path,
         time.sleep(max(0.0, start_at - time.monotonic()))
         pids = _pids(stacks, workers)
         cpu0, wall0, load0 = {k: _cpu_s(v) for k, v in pids.items()}, time.monotonic(), os.getloadavg()
-        own = {name: _own_pids(s) for name, s in stacks.items()}
-        own0 = {m: {k: _cpu_s(v) for k, v in kinds.items()} for m, kinds in own.items()}
+        own0 = {m: {k: _cpu_s(v) for k, v in _own_pids(s).items()} for m, s in stacks.items()}
         ticks0 = _machine_ticks()
 
         def ended() -> bool:
@@ -225,8 +228,10 @@ def run_group(cmp: Comparison, group: Sequence[ModeSpec], workdir: Path,
         poll_until(ended, timeout_s=schedule.duration_s + 90.0, interval_s=1.0,
                    what=f"the modes' runs ({', '.join(workers)}) to end")
         wall, ticks1 = time.monotonic() - wall0, _machine_ticks()
-        cpu = {k: round((_cpu_s(v) - cpu0[k]) / wall, 3) for k, v in pids.items() if k != "load"}
-        own1 = {m: {k: _cpu_s(v) for k, v in kinds.items()} for m, kinds in own.items()}
+        # The members read again: a reload replaces its model's stub (the generators are not read).
+        cpu = {k: round((_cpu_s(v) - cpu0[k]) / wall, 3) for k, v in _pids(stacks, workers).items()
+               if k != "load"}
+        own1 = {m: {k: _cpu_s(v) for k, v in _own_pids(s).items()} for m, s in stacks.items()}
         results, logs = {}, {}
         for name, w in workers.items():
             status = w.exit_status()
