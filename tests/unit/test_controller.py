@@ -17,7 +17,7 @@ import pytest
 from autobatch.actuators.base import ActuationResult
 from autobatch.controller.config import sidecar_config_from_mapping
 from autobatch.controller.http import ControlServer
-from autobatch.controller.loop import Controller, run_controller
+from autobatch.controller.loop import Controller, next_multiple, run_controller
 from autobatch.controller.metrics import SWITCH_REASONS
 from autobatch.errors import SignalError
 from autobatch.policy import Reason
@@ -360,6 +360,29 @@ async def test_a_tick_that_raises_is_counted_logged_and_the_loop_ticks_on(tmp_pa
     # The failed tick is not progress; the next one completed.
     assert c.health.last_completed_s == 1002.0 and c.health.tick_started_s is None
     assert source.closed
+
+
+@pytest.mark.parametrize(("t", "interval", "want"), [
+    (1000.0, 1.0, 1001.0), (1000.3, 1.0, 1001.0), (1000.999, 1.0, 1001.0), (10.2, 0.5, 10.5),
+    (7.0, 2.0, 8.0)])
+def test_the_next_tick_is_the_next_multiple_of_the_interval(t, interval, want):
+    assert next_multiple(t, interval) == pytest.approx(want)
+
+
+async def test_sidecars_started_apart_tick_in_step(tmp_path):
+    """Two controllers started 0.4 s apart tick at the same instants: a change on the device
+    falls at the same point of both windows (side by side, the later one read every co-tenant
+    arrival half a window late)."""
+    seen = []
+    for start in (1000.1, 1000.5):
+        clock = Clock(start)
+        c = Controller(make_config(tmp_path / str(start)), ScriptedSource(clock, []),
+                       FakeActuator(live="latency-soft"), clock=clock)
+        stop = asyncio.Event()
+        calls = raising_once(c, stop, RuntimeError("first"), after=3)
+        await asyncio.wait_for(run_controller(c, stop=stop, sleep=fake_sleep(clock)), 10)
+        seen.append(calls)
+    assert seen[0] == seen[1] == pytest.approx([1001.0, 1002.0, 1003.0])
 
 
 async def test_a_cancelled_tick_still_ends_the_loop(tmp_path):

@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -48,7 +49,7 @@ from autobatch.errors import AutobatchError, ConfigError, SignalError
 from autobatch.policy import Action, Decision, Reason, State, decide
 from autobatch.signals.window import Window
 
-__all__ = ["Controller", "WindowSource", "run_controller"]
+__all__ = ["Controller", "WindowSource", "next_multiple", "run_controller"]
 
 log = logging.getLogger("autobatch.controller")
 
@@ -543,8 +544,13 @@ async def run_controller(
 ) -> None:
     """Run ticks every ``interval_s`` until ``stop`` is set; close everything after.
 
-    A slow tick does not shift the schedule: the next one starts at the next
-    multiple of the interval (ticks that fell behind are skipped, not bunched).
+    Ticks fall on multiples of the interval on the controller's clock (the wall
+    clock's whole seconds at 1 s), not at the sidecar's start plus multiples: two
+    sidecars started a moment apart tick in step, so a change on the device lands
+    at the same point of both windows (side by side, a gateway mode started
+    0.4-0.5 s after its reload twin read every co-tenant arrival half a window
+    later). A slow tick does not shift the schedule: the next one starts at the
+    next multiple (ticks that fell behind are skipped, not bunched).
     """
     interval = controller.config.interval_s
     try:
@@ -552,7 +558,7 @@ async def run_controller(
         if ready is not None:
             ready.set()
         clock = controller.clock
-        next_at = clock() + interval
+        next_at = next_multiple(clock(), interval)
         while not stop.is_set():
             delay = max(0.0, next_at - clock())
             waiter = asyncio.ensure_future(_first(stop, controller.wake, delay, sleep))
@@ -570,6 +576,11 @@ async def run_controller(
                 next_at += interval
     finally:
         await controller.aclose()
+
+
+def next_multiple(t: float, interval: float) -> float:
+    """The first multiple of ``interval`` after ``t``: where a tick started at ``t`` waits to."""
+    return (math.floor(t / interval) + 1) * interval
 
 
 async def _first(
