@@ -138,17 +138,6 @@ def _own_pids(stack: ModeStack) -> dict[str, list[int]]:
     return out
 
 
-def _pids(stacks: Mapping[str, ModeStack], workers: Mapping[str, ManagedProcess]) -> dict[str, list[int]]:
-    """Our processes by kind: what the CPU time of a run is summed over."""
-    out: dict[str, list[int]] = {"device": [], "triton": [], "haproxy": [], "load": [], "sidecar": []}
-    for name, s in stacks.items():
-        for kind, pids in _own_pids(s).items():
-            out[kind] += pids
-        load = workers[name].pid
-        out["load"] += [load] if load else []
-    return out
-
-
 def cpu_by_mode(before: Mapping[str, Mapping[str, float]], after: Mapping[str, Mapping[str, float]],
                 generators: Mapping[str, float], wall_s: float) -> dict[str, dict[str, float]]:
     """Each mode's cores by process kind over ``wall_s``, from two readings of its processes' CPU
@@ -214,8 +203,7 @@ def run_group(cmp: Comparison, group: Sequence[ModeSpec], workdir: Path,
             workers[name] = w
         event(f"running {schedule.duration_s:.0f} s ({cmp.lead_in_s:g} s of it the unmeasured lead-in)")
         time.sleep(max(0.0, start_at - time.monotonic()))
-        pids = _pids(stacks, workers)
-        cpu0, wall0, load0 = {k: _cpu_s(v) for k, v in pids.items()}, time.monotonic(), os.getloadavg()
+        wall0, load0 = time.monotonic(), os.getloadavg()
         own0 = {m: {k: _cpu_s(v) for k, v in _own_pids(s).items()} for m, s in stacks.items()}
         ticks0 = _machine_ticks()
 
@@ -228,10 +216,10 @@ def run_group(cmp: Comparison, group: Sequence[ModeSpec], workdir: Path,
         poll_until(ended, timeout_s=schedule.duration_s + 90.0, interval_s=1.0,
                    what=f"the modes' runs ({', '.join(workers)}) to end")
         wall, ticks1 = time.monotonic() - wall0, _machine_ticks()
-        # The members read again: a reload replaces its model's stub (the generators are not read).
-        cpu = {k: round((_cpu_s(v) - cpu0[k]) / wall, 3) for k, v in _pids(stacks, workers).items()
-               if k != "load"}
+        # The members read again: a reload replaces its model's stub (the generators report theirs).
         own1 = {m: {k: _cpu_s(v) for k, v in _own_pids(s).items()} for m, s in stacks.items()}
+        kinds = {k for row in own1.values() for k in row}
+        cpu = {k: round(sum(own1[m][k] - own0[m].get(k, 0.0) for m in own1) / wall, 3) for k in sorted(kinds)}
         results, logs = {}, {}
         for name, w in workers.items():
             status = w.exit_status()
