@@ -80,6 +80,17 @@ def test_every_mode_runs_the_same_trace_at_once_on_its_own_device(tmp_path: Path
     for c in ("reload", "gateway"):
         assert len(modes[c]["decisions"]) >= 5 and all(d["reason"] for d in modes[c]["decisions"])
         assert all(sum(p["profiles"].values()) > 0.99 for p in modes[c]["phases"][1:]), c
+    # Which variant served, from the device: only a profile in force then, or switched to, served.
+    switches = [(d["t_s"], d["target"]) for d in modes["gateway"]["decisions"] if d["action"] == "switch"]
+    start = 0.0
+    for p in modes["gateway"]["phases"]:
+        end = start + p["duration_s"]
+        before = [t for ts, t in switches if ts < start - 3.0]
+        may = {before[-1] if before else "triton-default"}
+        may |= {t for ts, t in switches if start - 3.0 <= ts < end}
+        assert p["served"] and set(p["served"]) <= may and sum(p["served"].values()) > 0.99, (p, switches)
+        start = end
+    assert all(p["served"] is None for m in modes if m != "gateway" for p in modes[m]["phases"])
     assert group["cpu_cores"]["ours"] > 0 and group["cpu_cores"]["device"] > 0
     by_mode = group["cpu_by_mode"]
     assert set(by_mode) == set(modes) and all(r["triton"] > 0 and r["load"] > 0 for r in by_mode.values())

@@ -28,7 +28,12 @@ from autobatch.lab.sidebyside.layout import (
     statics_of,
     with_lead_in,
 )
-from autobatch.lab.sidebyside.readings import DeviceReading, device_figures, parse_device_metrics
+from autobatch.lab.sidebyside.readings import (
+    DeviceReading,
+    device_figures,
+    parse_device_metrics,
+    served_shares,
+)
 from autobatch.lab.sidebyside.run import (
     HZ,
     Comparison,
@@ -204,6 +209,41 @@ def test_the_device_reading_gives_the_models_work_per_item_busy_by_tenant_and_la
     assert got["late_share"] == pytest.approx(0.05)  # 10 more of 200 answers over 2 ms late (20 - 10)
     idle = device_figures(b, b, ["resnet50_"], ["train-a"])
     assert idle["device_ms"] is None and idle["busy_share"] is None and idle["lateness_mean_ms"] is None
+
+
+def items(**by_context: float) -> DeviceReading:
+    return DeviceReading(uptime_s=0.0, busy_s=0.0, context_items=by_context)
+
+
+VARIANTS = {"resnet50__triton_default_": "triton-default", "resnet50__wait25_": "wait25",
+            "resnet50__wait25_soft_": "wait25-soft"}
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "want"),
+    [
+        # every item on one variant: that profile served the stretch, whatever /status said
+        (items(resnet50__wait25_0_0=10), items(resnet50__wait25_0_0=110), {"wait25": 1.0}),
+        # a shift mid-stretch: shares of the items, both instances of a variant counted
+        (items(resnet50__triton_default_0_0=50, resnet50__wait25_0_0=0),
+         items(resnet50__triton_default_0_0=80, resnet50__triton_default_0_1=10, resnet50__wait25_0_0=60),
+         {"wait25": 0.6, "triton-default": 0.4}),
+        # the longest prefix wins: wait25-soft's contexts are not wait25's
+        (items(), items(resnet50__wait25_soft_0_0=30, resnet50__wait25_0_0=10),
+         {"wait25-soft": 0.75, "wait25": 0.25}),
+        # a context new since ``a`` counts from zero; co-tenants and other models are nobody's
+        (items(), items(**{"resnet50__wait25_0_0": 4, "train-a": 500, "bert_0_0": 9}), {"wait25": 1.0}),
+        # nothing ran: no answer rather than a share of nothing
+        (items(resnet50__wait25_0_0=7), items(resnet50__wait25_0_0=7), None),
+    ],
+)
+def test_served_shares_are_the_items_each_variant_ran(a: DeviceReading, b: DeviceReading, want: Any) -> None:
+    assert served_shares(a, b, VARIANTS) == want
+
+
+def test_served_shares_need_variants() -> None:
+    # one model whose profile changes in place (reload, static): the device cannot tell the profiles apart
+    assert served_shares(items(resnet50_0_0=0), items(resnet50_0_0=9), {}) is None
 
 
 def mode(*phases: tuple[str, int, int, float, int]) -> dict[str, Any]:

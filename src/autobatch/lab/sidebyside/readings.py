@@ -17,7 +17,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["LATE_MS", "DeviceReading", "device_figures", "parse_device_metrics"]
+__all__ = ["LATE_MS", "DeviceReading", "device_figures", "parse_device_metrics", "served_shares"]
 
 LATE_MS = 2.0
 """An answer later than this after its exact time counts as late (a histogram bound)."""
@@ -98,3 +98,24 @@ def device_figures(a: DeviceReading, b: DeviceReading, model_prefixes: Sequence[
         if answers > 0 else None,
         "late_share": round((b.late_answers - a.late_answers) / answers, 5) if answers > 0 else None,
     }
+
+
+def served_shares(a: DeviceReading, b: DeviceReading, variants: Mapping[str, str]) -> dict[str, float] | None:
+    """Which profile served the model between readings ``a`` and ``b``: each profile's share of
+    the items its variant's device contexts ran (``variants`` maps a context prefix to its
+    profile; the longest prefix that matches wins). A gateway's answer per request, where its
+    sidecar's ``/status`` names the new profile only once the shift's dwell is over. None with
+    no variants (one model whose profile changes in place) or no items."""
+    if not variants:
+        return None
+    prefixes = sorted(variants, key=len, reverse=True)
+    items: dict[str, float] = {}
+    for ctx, v in b.context_items.items():
+        prefix = next((p for p in prefixes if ctx.startswith(p)), None)
+        if prefix is not None:
+            name = variants[prefix]
+            items[name] = items.get(name, 0.0) + v - a.context_items.get(ctx, 0.0)
+    total = sum(items.values())
+    if total <= 0:
+        return None
+    return {k: round(v / total, 3) for k, v in sorted(items.items(), key=lambda kv: (-kv[1], kv[0])) if v > 0}

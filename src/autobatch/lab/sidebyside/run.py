@@ -159,7 +159,7 @@ def _spec(cmp: Comparison, stack: ModeStack, schedule: Schedule, jobs: Sequence[
         seed=cmp.seed, start_at=start_at, slo_p95_ms=cmp.slo_p95_ms, device_address=stack.device.address,
         device_metrics_url=stack.device.metrics_url, model_prefixes=stack.contexts_prefixes,
         triton_http=stack.triton.urls.http, models=stack.models,
-        cotenants=[cotenant_to_dict(j) for j in jobs], sidecar_url=stack.sidecar_url)
+        cotenants=[cotenant_to_dict(j) for j in jobs], sidecar_url=stack.sidecar_url, variants=stack.variants)
 
 
 def _start_stacks(cmp: Comparison, group: Sequence[ModeSpec], workdir: Path,

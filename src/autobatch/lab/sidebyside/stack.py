@@ -84,6 +84,9 @@ class ModeStack:
         gateway = mode.kind == "gateway"
         profiles = mode_ladder(mode, setup) if gateway else (mode.profile,)
         self.models = [variant_model(setup.model, p.name) for p in profiles] if gateway else [setup.model]
+        # A gateway's device-context prefix of each variant, to its profile (which variant served).
+        self.variants = {f"{m}_": p.name for p, m in zip(profiles, self.models, strict=True)
+                         if p is not None} if gateway else {}
         repo = emulated_repository(workdir / "repo", self.models)
         self.triton = _triton(repo, workdir, stack)
         for name, profile in zip(self.models, profiles, strict=True):

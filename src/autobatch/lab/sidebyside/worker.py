@@ -33,7 +33,12 @@ from autobatch.device.runner import CoTenantRunner
 from autobatch.errors import TritonError
 from autobatch.lab.device import DeviceMeter, DeviceTotals
 from autobatch.lab.sidebyside.layout import LEAD_IN, cotenant_from_dict
-from autobatch.lab.sidebyside.readings import DeviceReading, device_figures, parse_device_metrics
+from autobatch.lab.sidebyside.readings import (
+    DeviceReading,
+    device_figures,
+    parse_device_metrics,
+    served_shares,
+)
 from autobatch.load import LoadReport, RequestRecord, run_load
 from autobatch.schedule import Schedule, parse_schedule
 
@@ -78,6 +83,8 @@ class WorkerSpec:
     cotenants: list[dict[str, Any]] = field(default_factory=list)
     sidecar_url: str | None = None
     timeout_s: float = 10.0
+    variants: dict[str, str] = field(default_factory=dict)
+    """A gateway's device-context prefix of each variant, by profile (``ModeStack.variants``)."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -285,6 +292,7 @@ def summarise(schedule: Schedule, report: LoadReport, marks: Sequence[tuple[Devi
             "throughput_rps": stats.throughput_rps, "failures": dict(stats.failures),
             "lag_p99_ms": stats.lag_p99_ms, "behind": stats.behind,
             "profiles": _profiles(timeline, start, start + phase.duration_s),
+            "served": served_shares(marks[i][0], marks[i + 1][0], spec.variants),
             "triton_compute_ms": triton.device_ms_per_request, "mean_batch": triton.mean_batch,
             **device_figures(marks[i][0], marks[i + 1][0], spec.model_prefixes, cotenants),
         })
