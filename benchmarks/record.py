@@ -34,19 +34,22 @@ ROOT = RESULTS.parents[1]
 __all__ = ["RENAMED_CONFIGS", "RESULTS", "config_as_run", "fill_blocks", "machine", "row", "save_result",
            "sync_blocks"]
 
-RENAMED_CONFIGS = {"examples/sidecar-t4.yaml": ("20261204-181600", "examples/sidecar-t4-aggressive.yaml")}
-"""A config whose contents changed under its name: the runs saved before the stamp ran what the
-other file holds (the T4 sidecar climbed to ``aggressive`` until 2026-12-04 18:16 UTC). A result
-is stamped when it is saved, at its end: the cut falls between the last run of the old
-contents (bursty, saved 18:15:28) and the first of the new (the demo, 18:17:55)."""
+RENAMED_CONFIGS = {"examples/sidecar-t4.yaml": (("20261204-181600", "examples/sidecar-t4-aggressive.yaml"),
+                                                ("20261206-052000", "examples/sidecar-t4-20261204.yaml"))}
+"""A config whose contents changed under its name, oldest cut first: the runs saved before a cut
+(and at or after the one before it) ran what that cut's file holds. The T4 sidecar climbed to
+``aggressive`` until 2026-12-04 18:16 UTC (the cut falls between the last run of the old
+contents, bursty saved 18:15:28, and the first of the new, the demo at 18:17:55), and `no_gain`
+could act on a learned cost until 2026-12-06 05:20 (cotenants-ebb saved 05:0x, the next run
+after 05:30). A result is stamped when it is saved, at its end."""
 
 
 def config_as_run(config: str, stamp: str) -> Path:
     """The file holding the config ``config`` (a path from the repository's root, as a saved
     run names it) as it was when the run stamped ``stamp`` (its result's file stem) ran: the
     decision logs replay through it, and verdicts are recomputed with its ladder."""
-    cut, old = RENAMED_CONFIGS.get(config, ("", config))
-    return ROOT / (old if stamp < cut else config)
+    old = next((f for cut, f in RENAMED_CONFIGS.get(config, ()) if stamp < cut), config)
+    return ROOT / old
 
 
 def machine() -> dict[str, Any]:

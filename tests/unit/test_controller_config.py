@@ -101,6 +101,8 @@ def test_the_old_flat_policy_keys_load_as_their_groups_with_one_line_each(tmp_pa
         ({"forecast": {"enabled": False}, "forecast_z": 2}, None),
         ({"forecast": {"enabled": "no"}}, "policy.forecast.enabled = 'no': must be true or false"),
         ({"device": {"floor_alone": 1}}, "policy.device.floor_alone = 1: must be true or false"),
+        ({"efficiency": {"no_gain_needs_seen": "yes"}},
+         "policy.efficiency.no_gain_needs_seen = 'yes': must be true or false"),
         ({"stability": {"confirmatons": 2}},
          "policy.stability.confirmatons = 2: unknown field (did you mean confirmations?)"),
         ({"efficiency": {"max_busy": 0}}, "policy.efficiency.max_busy = 0.0: must be a fraction in (0, 1]"),
@@ -460,6 +462,14 @@ def test_max_load_is_grouped_only_a_fraction_or_null(tmp_path, value, got, error
 def test_max_load_has_no_flat_spelling(tmp_path):
     with pytest.raises(ConfigError, match="max_load"):
         _policy(tmp_path, {"max_load": 0.7})
+
+
+def test_no_gain_needs_seen_is_off_unless_written_and_has_no_flat_spelling(tmp_path):
+    assert _policy(tmp_path, {}).policy.efficiency.no_gain_needs_seen is False
+    got = _policy(tmp_path, {"efficiency": {"no_gain_needs_seen": True}}).policy.efficiency
+    assert got.no_gain_needs_seen is True
+    with pytest.raises(ConfigError, match="no_gain_needs_seen"):
+        _policy(tmp_path, {"no_gain_needs_seen": True})
 
 
 def test_device_floor_alone_is_off_unless_written(tmp_path):

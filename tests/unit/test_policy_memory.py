@@ -213,6 +213,32 @@ def test_a_wait_that_buys_device_time_is_not_self_inflicted(name: str, memory: D
 
 
 @pytest.mark.parametrize(
+    ("name", "memory", "needs_seen", "target", "reason"),
+    [
+        ("the default learned at 50/s to cost a tenth of its estimate, which carries to 200/s: "
+         "the same cost, the wait buys nothing", DeviceMemory().remember("triton-default", 50.0, 1.0, 10.0),
+         False, "triton-default", Reason.NO_GAIN),
+        ("the same memory, no_gain_needs_seen: a cost learned at 50/s is not a cost seen here; keep",
+         DeviceMemory().remember("triton-default", 50.0, 1.0, 10.0), True, "efficient", Reason.STEADY),
+        ("seen at 200/s to cost the same: no_gain_needs_seen steps back as before",
+         DeviceMemory().remember("triton-default", 200.0, 5.7, 7.0), True, "triton-default", Reason.NO_GAIN),
+    ],
+)
+def test_no_gain_on_a_learned_cost_only_without_needs_seen(name: str, memory: DeviceMemory, needs_seen: bool,
+                                                           target: str, reason: Reason) -> None:
+    """`no_gain` on efficient at 200/s, two instances 90% busy, requests queuing near the max
+    delay: with ``efficiency.no_gain_needs_seen`` the default's cost must be seen at this load."""
+    w = win(200.0, device=5.6, mean_batch_size=2.4, mean_queue_ms=4.8, mean_request_ms=20.0,
+            busy_instances=1.8)
+    s = settings()
+    s = replace(s, efficiency=replace(s.efficiency, no_gain_needs_seen=needs_seen))
+    state = replace(State.initial("efficient"), device=memory)
+    d, _ = decide([w], state, s, w.end_s + 0.01)
+    assert (d.target if d.switch else d.current, d.reason) == (target, reason), d.message
+    assert d.signals["device_ms_source"]["triton-default"] == ("seen" if "seen at 200" in name else "learned")
+
+
+@pytest.mark.parametrize(
     ("name", "queue_ms", "max_busy", "switch"),
     [
         ("a reload's limit, the queue the batcher's wait: step back", 4.8, 0.7, True),

@@ -14,6 +14,7 @@ it or after they leave reads the device as shared.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -141,3 +142,33 @@ def test_cotenants_ebb_arrival_is_answered_within_two_windows_through_the_shippe
     assert first.tick.now_s - at <= 2 * cfg.interval_s, first.tick.now_s - at
     held = [s.decision.current for s in out if at - 10 < s.tick.now_s <= at]
     assert held and set(held) == {"wait25"}
+
+
+# -- no_gain on a learned cost: the saved cotenants-ramp moves, replayed with no_gain_needs_seen ---
+
+RAMP = ROOT / "benchmarks" / "results" / "shared_gpu" / "20261206-040735.json"
+
+
+@pytest.mark.parametrize("log_name", [f"{RAMP.stem}-cotenants-ramp-r0-g0-reload.jsonl.gz",
+                                      f"{RAMP.stem}-cotenants-ramp-r2-g0-reload.jsonl.gz",
+                                      f"{RAMP.stem}-cotenants-ramp-r2-g0-gateway.jsonl.gz"])
+def test_the_ramps_no_gain_moves_rest_on_a_learned_cost_and_need_seen_holds_them(log_name: str) -> None:
+    """Each `no_gain` switch of cotenants-ramp at 04:07, replayed through the config it ran, is
+    made on the default's cost learned, not seen; with ``efficiency.no_gain_needs_seen`` (what
+    examples/sidecar-t4.yaml now sets) it holds, and so do the ticks that were confirming it."""
+    cfg, out = replayed(RAMP, log_name)
+    (move,) = [s for s in out if s.decision.switch and s.decision.reason is Reason.NO_GAIN]
+    assert move.decision.signals["device_ms_source"]["triton-default"] == "learned"
+    policy = replace(cfg.policy, efficiency=replace(cfg.policy.efficiency, no_gain_needs_seen=True))
+    ticks = read_trace(RAMP.parent / "logs" / log_name)
+    seen_only = while_served(replay(ticks, policy, history_windows=cfg.history_windows))
+    i = next(i for i, s in enumerate(seen_only) if s.tick.now_s == move.tick.now_s)
+    # before it every tick decides as the run did but the few that were confirming (or vetoing,
+    # by stabilization) that same step toward latency: holds both ways
+    changed = [s for s in seen_only[:i] if not s.agrees]
+    assert len(changed) <= 3 and all(s.tick.recorded["action"] == "hold" and not s.decision.switch
+                                     for s in changed), [s.tick.recorded["message"] for s in changed]
+    assert not seen_only[i].decision.switch and seen_only[i].decision.current == "wait25", \
+        seen_only[i].decision.message
+    shipped = sidecar_config(ROOT / "examples" / "sidecar-t4.yaml")
+    assert shipped.policy.efficiency.no_gain_needs_seen is True

@@ -191,8 +191,8 @@ def self_inflicted_wait(ctx: Context) -> Recommendation | None:
 
 def no_gain(ctx: Context) -> Recommendation | None:
     """Busy instances (at least ``efficiency.wait_max_busy``), requests queuing near the max delay, and the
-    profile below seen or learned to cost about the same device time at this load: the wait
-    only adds latency; a step toward latency."""
+    profile below seen or learned (only seen, with ``efficiency.no_gain_needs_seen``) to cost about
+    the same device time at this load: the wait only adds latency; a step toward latency."""
     # Near saturation a wait that saves nothing only adds latency (measured: docs/policy.md).
     s, w = ctx.settings, ctx.window
     if ctx.current == 0 or not ctx.costs or ctx.delay_ms <= 0:
@@ -202,7 +202,8 @@ def no_gain(ctx: Context) -> Recommendation | None:
         return None
     below = ctx.saving(ctx.current, ctx.current - 1)
     low, cur = ctx.costs[ctx.current - 1], ctx.costs[ctx.current]
-    if not ctx.same_cost(below) or low.source not in ("seen", "learned"):
+    trusted = ("seen",) if eff.no_gain_needs_seen else ("seen", "learned")
+    if not ctx.same_cost(below) or low.source not in trusted:
         return None
     return toward_latency(ctx, Reason.NO_GAIN, (
         f"no gain: at {ctx.demand_rps:.0f}/s {ctx.ladder[ctx.current - 1].name} spends {low.ms:.2f} ms of "
@@ -322,7 +323,8 @@ RULES: tuple[Rule, ...] = (
         "efficiency.wait_max_busy", "efficiency.latency_tolerance", "efficiency.headroom")),
     Rule("efficiency", no_gain, (
         "costs", "capacity", "window.busy_share", "window.mean_queue_ms", "efficiency.wait_max_busy",
-        "efficiency.near_delay_ratio", "efficiency.latency_tolerance", "efficiency.min_freed_share")),
+        "efficiency.near_delay_ratio", "efficiency.latency_tolerance", "efficiency.min_freed_share",
+        "efficiency.no_gain_needs_seen")),
     # protective: the p95, once trusted
     Rule("protective", relieved, ("breach", "window.p95_ms", "state.relief_from")),
     Rule("protective", slo_breach, (

@@ -148,6 +148,13 @@ class Efficiency:
     wait_max_busy: float = 0.75
     """...while the instances are busy less than this share of the time: busier, the queue
     comes from the load, not from the wait (the low-load step needs it too)."""
+    no_gain_needs_seen: bool = False
+    """``no_gain`` steps toward latency only on the lower profile's device time seen at this
+    load, not learned (its estimate times the error it showed at other rates). On the T4
+    curve the default's error learned in the lead-in at 1-55/s (where its estimate ignores the
+    batches Poisson arrivals form) carried to 200/s beside three co-tenants put it within 4%
+    of the instances' time of ``wait25``, where it measured 31-33% more device time a request
+    (docs/policy.md, "A wait that buys nothing, on a learned cost")."""
 
     def __post_init__(self) -> None:
         _fraction("efficiency.wait_max_busy", self.wait_max_busy, zero=False)
@@ -316,7 +323,8 @@ _RENAMED = {
 
 GROUPED_ONLY = {"device"}
 """Groups added after the flat names were retired: they have none."""
-FIELDS_GROUPED_ONLY = {("efficiency", "max_load"), ("capacity", "learn_max_step")}
+FIELDS_GROUPED_ONLY = {("efficiency", "max_load"), ("efficiency", "no_gain_needs_seen"),
+                       ("capacity", "learn_max_step")}
 """Fields added to older groups after the flat names were retired: they have none either."""
 
 FLAT: dict[str, tuple[str, str]] = {
