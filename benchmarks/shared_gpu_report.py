@@ -73,7 +73,7 @@ def phase_table(result: Mapping[str, Any]) -> Table:
             dev = _median([p["device_ms"] for p in ps])
             cell = (f"{share:.1%} / {p95 or 0:.0f} / " if share is not None else "- / ") + \
                 ("-" if dev is None else f"{dev:.2f}")
-            # which variant served (a gateway's, runs from 2026-12-06 04:30), else the sidecar's /status
+            # which variant served (a gateway's, runs from 2026-12-06 04:50), else the sidecar's /status
             shares = (ps[0].get("served") or ps[0]["profiles"]) if ps else None
             if m in controllers(result) and shares:
                 cell += escape(f" [{max(shares.items(), key=lambda kv: kv[1])[0]}]")
