@@ -40,8 +40,9 @@ RENAMED_CONFIGS = {"examples/sidecar-t4.yaml": (("20261204-181600", "examples/si
 (and at or after the one before it) ran what that cut's file holds. The T4 sidecar climbed to
 ``aggressive`` until 2026-12-04 18:16 UTC (the cut falls between the last run of the old
 contents, bursty saved 18:15:28, and the first of the new, the demo at 18:17:55), and `no_gain`
-could act on a learned cost until 2026-12-06 05:20 (cotenants-ebb saved 05:0x, the next run
-after 05:30). A result is stamped when it is saved, at its end."""
+could act on a learned cost until 2026-12-06 05:20 (the last run of the old contents,
+cotenants-ebb, saved 05:09:20; the first of the new, cotenants-ramp, 05:33:43). A result is
+stamped when it is saved, at its end."""
 
 
 def config_as_run(config: str, stamp: str) -> Path:

@@ -26,6 +26,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from autobatch.lab.compare import decision_time_s
+
 RESULTS = Path(__file__).resolve().parent / "results" / "shared_gpu"
 LOG = re.compile(r"(\d{8}-\d{6})-(.+)-r(\d+)-g(\d+)-(.+)\.jsonl\.gz")
 
@@ -58,7 +60,7 @@ def ticks(profile: str, since: str, others: float, settle_s: float = 3.0) -> Ite
             held = [g["modes"][profile] for g in run["groups"] if profile in g["modes"]]
             if int(group) >= len(run["groups"]) or mode not in run["groups"][int(group)]["modes"] or not held:
                 continue
-            t0 = run["groups"][int(group)]["modes"][mode]["t0_wall"] + data["lead_in_s"]
+            ran = run["groups"][int(group)]["modes"][mode]
             with gzip.open(log, "rt", encoding="utf-8") as f:
                 for line in f:
                     row = json.loads(line)
@@ -69,7 +71,8 @@ def ticks(profile: str, since: str, others: float, settle_s: float = 3.0) -> Ite
                         continue
                     if (sig.get("others_share") or 0.0) < others:
                         continue
-                    t = row["ts"] - t0
+                    # the run's clock (monotonic where the line carries it), from the lead-in's end
+                    t = decision_time_s(row, ran["t0_wall"], ran.get("t0_mono")) - data["lead_in_s"]
                     phase = next((ph for lo, hi, ph in bounds if lo + settle_s <= t < hi), None)
                     if phase is None:
                         continue

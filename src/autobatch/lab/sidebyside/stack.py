@@ -85,7 +85,7 @@ class ModeStack:
         profiles = mode_ladder(mode, setup) if gateway else (mode.profile,)
         self.models = [variant_model(setup.model, p.name) for p in profiles] if gateway else [setup.model]
         # A gateway's device-context prefix of each variant, to its profile (which variant served).
-        self.variants = {f"{m}_": p.name for p, m in zip(profiles, self.models, strict=True)
+        self.variants = {prefix: p.name for prefix, p in zip(self.contexts_prefixes, profiles, strict=True)
                          if p is not None} if gateway else {}
         repo = emulated_repository(workdir / "repo", self.models)
         self.triton = _triton(repo, workdir, stack)
