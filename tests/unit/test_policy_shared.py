@@ -193,10 +193,16 @@ def run(s: PolicySettings, state: State, n: int, window: Any) -> tuple[list[Any]
 
 @pytest.mark.parametrize("arrival_s", [120.05, 120.5, 120.95])
 @pytest.mark.parametrize("since_switch_s", [3.0, 100.0])
-def test_co_tenants_arriving_are_answered_within_two_windows(arrival_s: float, since_switch_s: float) -> None:
-    """However the arrival falls in a window, and even within the dwell of the last switch."""
+@pytest.mark.parametrize("steady_windows", [1, 2])
+def test_co_tenants_arriving_are_answered_within_two_windows(
+        arrival_s: float, since_switch_s: float, steady_windows: int) -> None:
+    """However the arrival falls in a window, and even within the dwell of the last switch;
+    asking two windows in steady state (``device.steady_windows``) keeps it: an arrival is a change."""
+    from autobatch.policy.settings import DeviceSettings
+
     state = State.initial("wait-18").switched("wait-18", 120.0 - since_switch_s)
-    decisions, state = run(settings(), state, 30,
+    s = settings(device=DeviceSettings(steady_windows=steady_windows))
+    decisions, state = run(s, state, 30,
                            lambda end, active: mixed(end, active, shared_share(end, arrival_s, 1e9)))
     moved = [d for d in decisions if d.switch]
     assert moved and moved[0].reason is Reason.SHARED, [(d.at_s, d.reason.value) for d in decisions]
@@ -454,3 +460,78 @@ def test_floor_alone_does_not_refuse_the_climbs_of_poisson_load(
     assert c.floor_counts and c.p95_once_live[1] < 0.95 * SLO, (why, c.p95_once_live)
     rec = efficiency(c)
     assert rec is not None and rec.target == 1, (why, rec)
+
+
+# -- device.steady_windows: two windows where nothing changed ------------------------------------
+
+# wait25 beside two co-tenants at 150/s (cotenants-step's high-shared): the requests' mean x 1.5
+# reads 54 ms at a mean of 36, 63 at 42: a window of the noise's tail.
+UNDER = dict(rate=150.0, batch=4.7, stretch=1.6, others=0.5, mean_ms=36.0, p95_ms=45.0)
+OVER = {**UNDER, "mean_ms": 42.0}
+
+
+def _steady_run(steady_windows: int, over_at: set[int], n: int = 12, **step: Any) -> list[Any]:
+    """wait25 held 30 s into a shared phase (the dwell long over); the windows in ``over_at``
+    (1-based) read over the SLO; ``step`` changes the windows from the 6th on."""
+    from autobatch.policy.settings import DeviceSettings
+
+    s = settings(ladder=(DEFAULT, WAIT25), device=DeviceSettings(steady_windows=steady_windows))
+
+    def window(end: float, active: str) -> Window:
+        i = round(end - 100.0)
+        base = {**UNDER, **(step if i >= 6 else {})}
+        return dwin(end, **{**base, **({"mean_ms": OVER["mean_ms"]} if i in over_at else {})})
+
+    decisions, _ = run(s, State.initial("wait25").switched("wait25", 60.0), n, window)
+    return decisions
+
+
+@pytest.mark.parametrize(("steady_windows", "over_at", "moved_at"), [
+    (1, {8}, 8),          # as before 2026-12-06: one window of the tail moves it
+    (2, {8}, None),       # one window of the tail, nothing changed: held
+    (2, {8, 10}, None),   # two, not in a row
+    (2, {8, 9}, 9),       # two in a row: the second moves it
+])
+def test_in_steady_state_a_shared_move_asks_steady_windows_in_a_row(
+        steady_windows: int, over_at: set[int], moved_at: int | None) -> None:
+    decisions = _steady_run(steady_windows, over_at)
+    moved = [round(d.at_s - 100.05) for d in decisions if d.switch]
+    assert moved == ([] if moved_at is None else [moved_at]), moved
+    if moved_at is None and steady_windows == 2:
+        held = decisions[min(over_at) - 1]
+        assert held.reason is Reason.CONFIRMING and "confirming (1/2)" in held.message, held.message
+    if moved_at is not None:
+        assert decisions[moved_at - 1].reason is Reason.SHARED
+
+
+@pytest.mark.parametrize(("step", "why"), [
+    (dict(others=0.62), "others' share rose 0.12 in two windows: a co-tenant arrives"),
+    (dict(rate=80.0, batch=3.0), "the arrivals fell 150 -> 80/s: a load step"),
+])
+def test_a_change_lets_the_shared_rule_act_on_one_window(step: dict[str, Any], why: str) -> None:
+    """The 6th window changes and reads over the SLO: acted on at once, as before."""
+    decisions = _steady_run(2, {6}, **step)
+    moved = [round(d.at_s - 100.05) for d in decisions if d.switch]
+    assert moved[:1] == [6], (why, moved)
+    assert decisions[5].reason is Reason.SHARED, why
+
+
+@pytest.mark.parametrize(("now", "then", "steady_"), [
+    (dict(others=0.5), dict(others=0.45), True),
+    (dict(others=0.5), dict(others=0.4), False),           # rose 0.1: a change
+    (dict(others=0.3), dict(others=0.5), True),            # fell: the rule's own business, not an arrival
+    (dict(rate=100.0), dict(rate=150.0), True),            # 0.33 of the higher rate
+    (dict(rate=80.0), dict(rate=150.0), False),            # 0.47
+    (dict(rate=150.0), dict(rate=80.0), False),            # up as down
+    (dict(others=0.5), dict(others=0.5, stale=True), False),  # no fresh window to compare
+])
+def test_steady_compares_this_window_with_the_one_steady_windows_back(
+        now: dict[str, Any], then: dict[str, Any], steady_: bool) -> None:
+    from autobatch.policy.core import steady
+    from autobatch.policy.settings import DeviceSettings
+
+    s = settings(ladder=(DEFAULT, WAIT25), device=DeviceSettings(steady_windows=2))
+    history = [dwin(98.0, **{**UNDER, **then}), dwin(99.0, **UNDER), dwin(100.0, **{**UNDER, **now})]
+    assert steady(build_context(history, State.initial("wait25"), s, 100.1)) is steady_
+    one = settings(ladder=(DEFAULT, WAIT25))
+    assert steady(build_context(history, State.initial("wait25"), one, 100.1)) is False

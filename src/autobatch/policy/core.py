@@ -148,11 +148,32 @@ def settle(history: Sequence[Observation], state: State, settings: PolicySetting
 
 def confirm(move: Move) -> Hold | None:
     """Hold until ``stability.confirmations`` windows in a row recommend the target; survival acts on
-    one (a backlog grows meanwhile)."""
-    needed = 1 if move.survival else move.ctx.settings.stability.confirmations
+    one (a backlog grows meanwhile), but a ``shared`` move where nothing changed on
+    ``device.steady_windows`` (:func:`steady`)."""
+    needed = move.ctx.settings.stability.confirmations
+    if move.survival:
+        steady_ = move.rec.reason is Reason.SHARED and steady(move.ctx)
+        needed = move.ctx.settings.device.steady_windows if steady_ else 1
     if move.state.streak >= needed:
         return None
     return Hold(Reason.CONFIRMING, f"{move.rec.message}; confirming ({move.state.streak}/{needed})")
+
+
+def steady(ctx: Context) -> bool:
+    """Nothing changed over the last ``device.steady_windows`` windows: others' share of the
+    device rose by less than ``device.change_share`` and the arrivals moved by less than
+    ``device.change_rate`` of the higher rate, between this window and the one that many
+    back (fresh, both). False with ``steady_windows`` 1, or without those windows."""
+    d = ctx.settings.device
+    if d.steady_windows <= 1 or len(ctx.history) <= d.steady_windows:
+        return False
+    now, then = ctx.history[-1], ctx.history[-1 - d.steady_windows]
+    if then.stale or now.others_share is None or then.others_share is None:
+        return False
+    if now.others_share - then.others_share >= d.change_share - EPS:
+        return False
+    high = max(now.arrival_rps, then.arrival_rps)
+    return high <= 0 or abs(now.arrival_rps - then.arrival_rps) < d.change_rate * high - EPS
 
 
 def dwell(move: Move) -> Hold | None:

@@ -285,6 +285,28 @@ class DeviceSettings:
     0.6 points (docs/shared-gpu.md). With ``aggressive`` between, it never acted: the
     ``self_inflicted_wait`` rule had moved ``wait25`` down at 15/s before the bursts came."""
 
+    steady_windows: int = 1
+    """Windows in a row a ``shared`` move needs where nothing changed over as many windows:
+    others' share rose by less than ``device.change_share`` and the arrivals moved by less
+    than ``device.change_rate`` of their rate. Where either changed (a co-tenant arrives,
+    the load steps) it acts on one window, as a survival move. 1: always on one window
+    (before 2026-12-06). In steady state one window's prediction spreads ~9 ms (10th-90th)
+    around the rung's p95, so where that p95 runs 52-58 ms one window in 12-50 reads over
+    60 and the controller switches; at 150-200/s the default held there went as far over
+    the SLO as wait25 held (-1.3 to +2.3 points), so those switches spent device time for
+    no share over the SLO (docs/shared-gpu.md, "Two windows where nothing changed")."""
+    change_share: float = 0.1
+    """With ``device.steady_windows`` over 1: others' share of the device rising by at
+    least this over the last ``steady_windows`` windows is a change (a co-tenant arrives).
+    An arrival read 0.1-0.3 in its first window and 0.3-0.55 once shared; steady, the share
+    moved 0.02-0.08 from one window to the next."""
+    change_rate: float = 0.4
+    """With ``device.steady_windows`` over 1: the arrivals of this window and of the one
+    ``steady_windows`` back differing by at least this share of the higher is a change (a
+    load step: 150 -> 40/s is 0.73, 50 -> 100/s 0.5). Poisson arrivals at 40/s differ
+    between two 1 s windows by ~9/s (one standard deviation), a fifth of the rate: a
+    steady 40/s reads as a change in ~3% of its windows (two Poisson counts), a steady 150/s in none."""
+
     def __post_init__(self) -> None:
         _fraction("device.shared_min", self.shared_min, zero=False)
         _fraction("device.target_p95", self.target_p95, zero=False)
@@ -294,6 +316,10 @@ class DeviceSettings:
         _fraction("device.wait_tail", self.wait_tail, zero=True)
         if not self.p95_per_mean >= 1.0:
             raise ValueError("device.p95_per_mean must be >= 1")
+        if self.steady_windows < 1:
+            raise ValueError("device.steady_windows must be >= 1")
+        _fraction("device.change_share", self.change_share, zero=False)
+        _fraction("device.change_rate", self.change_rate, zero=False)
 
 
 GROUPS: dict[str, type[Any]] = {

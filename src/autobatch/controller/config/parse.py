@@ -254,11 +254,12 @@ _FRACTIONS = {
     "efficiency.wait_max_busy",
     "capacity.busy_ceiling", "capacity.live_min_busy", "capacity.device_alpha", "forecast.alpha",
     "forecast.beta", "device.shared_min", "device.target_p95", "device.act_p95",
-    "device.climb_p95", "device.own_queue", "device.wait_tail",
+    "device.climb_p95", "device.own_queue", "device.wait_tail", "device.change_share", "device.change_rate",
 }
 _ABOVE_ZERO = {"efficiency.max_busy", "efficiency.max_p95", "efficiency.max_load", "efficiency.wait_max_busy",
                "capacity.busy_ceiling", "capacity.device_alpha", "forecast.alpha", "forecast.beta",
-               "device.shared_min", "device.target_p95", "device.act_p95", "device.climb_p95"}
+               "device.shared_min", "device.target_p95", "device.act_p95", "device.climb_p95",
+               "device.change_share", "device.change_rate"}
 
 
 def _parse_policy(sec: Section, base: Path, profiles: _Ladder, slo: _Slo,
