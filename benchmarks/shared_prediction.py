@@ -1,6 +1,7 @@
 """The shared rule's prediction of the climbed rung's p95 against that rung held, over saved runs.
 
-    .venv/bin/python benchmarks/shared_prediction.py [--profile wait25] [--since 20261205] [--json]
+    .venv/bin/python benchmarks/shared_prediction.py [--profile wait25] [--since 20261205]
+        [--by-phase] [--json]
 
 Reads every saved side-by-side result with co-tenants under
 ``benchmarks/results/shared_gpu/`` (from ``--since`` on) and its controllers'
@@ -10,7 +11,10 @@ into its phase, it takes the tick's ``p95_predicted_ms`` of that profile and
 the p95 the same profile held measured in the same phase of the same repeat.
 Per phase rate and co-tenant count: the ticks, the median prediction and its
 10th-90th percentile, the held p95's median, their difference, the stretch,
-and how many ticks predicted over the SLO. Reads only; writes nothing.
+and how many ticks predicted over the SLO. ``--by-phase``: per schedule and
+phase, the held share over the SLO beside how often one window (the rule as it
+is), two windows in a row, and the mean of the last three predict over the SLO.
+Reads only; writes nothing.
 """
 
 from __future__ import annotations
@@ -62,7 +66,7 @@ def ticks(profile: str, since: str, others: float, settle_s: float = 3.0) -> Ite
                 continue
             ran = run["groups"][int(group)]["modes"][mode]
             with gzip.open(log, "rt", encoding="utf-8") as f:
-                for line in f:
+                for index, line in enumerate(f):
                     row = json.loads(line)
                     d = row.get("decision") or {}
                     sig = d.get("signals") or {}
@@ -77,10 +81,16 @@ def ticks(profile: str, since: str, others: float, settle_s: float = 3.0) -> Ite
                     if phase is None:
                         continue
                     measured = next(p for p in held[0]["phases"] if p["name"] == phase["name"])
-                    yield {"result": res.stem, "schedule": data["schedule"], "mode": mode,
+                    default = next(p for p in run["groups"][0]["modes"]["triton-default"]["phases"]
+                                   if p["name"] == phase["name"])
+                    yield {"result": res.stem, "log": log.name, "index": index,
+                           "schedule": data["schedule"], "mode": mode,
                            "phase": phase["name"], "rate_rps": phase["rate_rps"],
                            "cotenants": phase.get("cotenants") or 0, "predicted_ms": pred,
-                           "held_p95_ms": measured["p95_ms"], "stretch": sig.get("stretch"),
+                           "held_p95_ms": measured["p95_ms"], "held_over_share": measured["over_slo_share"],
+                           "default_over_share": default["over_slo_share"],
+                           "mean_request_ms": (row.get("window") or {}).get("mean_request_ms"),
+                           "stretch": sig.get("stretch"),
                            "action": d.get("action"), "reason": d.get("reason")}
 
 
@@ -109,15 +119,79 @@ def table(rows: Sequence[dict[str, Any]], slo_ms: float) -> list[dict[str, Any]]
     return out
 
 
+def by_phase(rows: Sequence[dict[str, Any]], slo_ms: float, least: int = 20) -> list[dict[str, Any]]:
+    """Per schedule and phase (``least`` ticks or more): what ``profile`` held measured there, the
+    windows' mean request and prediction, and how often the shared rule's condition would
+    hold on one window (as now), on two windows in a row, and on the mean of the last three."""
+    by: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        by[(r["schedule"], r["phase"])].append(r)
+    out = []
+    for (schedule, phase), xs in sorted(by.items()):
+        if len(xs) < least:
+            continue
+        runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for x in xs:
+            runs[x["log"]].append(x)
+        two = three = pairs = triples = 0
+        for ticks_ in runs.values():
+            for i, x in enumerate(ticks_):
+                # consecutive ticks of one log: a run of windows the rule reads in a row
+                if i >= 1 and x["index"] - ticks_[i - 1]["index"] == 1:
+                    pairs += 1
+                    two += x["predicted_ms"] > slo_ms and ticks_[i - 1]["predicted_ms"] > slo_ms
+                    if i >= 2 and ticks_[i - 1]["index"] - ticks_[i - 2]["index"] == 1:
+                        triples += 1
+                        three += sum(t["predicted_ms"] for t in ticks_[i - 2:i + 1]) / 3 > slo_ms
+        held = [x["held_p95_ms"] for x in xs]
+        over = [x["held_over_share"] for x in xs]
+        mean = [x["mean_request_ms"] for x in xs if x["mean_request_ms"] is not None]
+        gap = [x["held_over_share"] - x["default_over_share"] for x in xs]
+        out.append({"schedule": schedule, "phase": phase, "rate_rps": xs[0]["rate_rps"],
+                    "cotenants": xs[0]["cotenants"], "ticks": len(xs), "logs": len(runs),
+                    "held_p95_min_ms": round(min(held), 1), "held_p95_max_ms": round(max(held), 1),
+                    "held_over_min": round(min(over), 4), "held_over_max": round(max(over), 4),
+                    "over_default_min": round(min(gap), 4), "over_default_max": round(max(gap), 4),
+                    "mean_request_median_ms": round(statistics.median(mean), 1) if mean else None,
+                    "predicted_median_ms": round(statistics.median(x["predicted_ms"] for x in xs), 1),
+                    "one_window": round(sum(x["predicted_ms"] > slo_ms for x in xs) / len(xs), 3),
+                    "two_in_a_row": round(two / pairs, 3) if pairs else None,
+                    "mean_of_three": round(three / triples, 3) if triples else None})
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="wait25")
     ap.add_argument("--since", default="20261205", help="the first result's date, YYYYMMDD")
     ap.add_argument("--others", type=float, default=0.2, help="the others' least share of the device")
     ap.add_argument("--slo", type=float, default=60.0, help="the SLO's p95, ms")
+    ap.add_argument("--by-phase", action="store_true",
+                    help="per schedule and phase: the held share over the SLO and how often one window, "
+                         "two in a row and the mean of three predict over it")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    rows = table(list(ticks(args.profile, args.since, args.others)), args.slo)
+    found = list(ticks(args.profile, args.since, args.others))
+    if args.by_phase:
+        phases = by_phase(found, args.slo)
+        if args.json:
+            json.dump(phases, sys.stdout, indent=1)
+            print()
+            return
+        print("| schedule, phase | rate | co-tenants | ticks (logs) | "
+              f"{args.profile} held p95 | held over the SLO | less the default's "
+              f"| window's mean request | predicted p95 | over {args.slo:g} ms: one window | two in a row "
+              "| mean of three |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for r in phases:
+            print(f"| {r['schedule']} `{r['phase']}` | {r['rate_rps']:g}/s | {r['cotenants']} | {r['ticks']} "
+                  f"({r['logs']}) | {r['held_p95_min_ms']}-{r['held_p95_max_ms']} "
+                  f"| {100 * r['held_over_min']:.1f}-{100 * r['held_over_max']:.1f}% "
+                  f"| {100 * r['over_default_min']:+.1f} to {100 * r['over_default_max']:+.1f} "
+                  f"| {r['mean_request_median_ms']} | {r['predicted_median_ms']} | {r['one_window']:.3f} "
+                  f"| {r['two_in_a_row']:.3f} | {r['mean_of_three']:.3f} |")
+        return
+    rows = table(found, args.slo)
     if args.json:
         json.dump(rows, sys.stdout, indent=1)
         print()
