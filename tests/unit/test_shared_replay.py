@@ -172,3 +172,36 @@ def test_the_ramps_no_gain_moves_rest_on_a_learned_cost_and_need_seen_holds_them
         seen_only[i].decision.message
     shipped = sidecar_config(ROOT / "examples" / "sidecar-t4.yaml")
     assert shipped.policy.efficiency.no_gain_needs_seen is True
+
+
+# -- device.steady_windows: the saved cotenants-step switches, replayed with two windows --------
+
+STEP = ROOT / "benchmarks" / "results" / "shared_gpu" / "20261206-074308.json"
+
+
+@pytest.mark.parametrize(("log_name", "arrival"), [
+    (f"{STEP.stem}-cotenants-step-r1-g1-gateway.jsonl.gz", False),  # 18.0 s into high-shared
+    (f"{STEP.stem}-cotenants-step-r1-g1-reload.jsonl.gz", False),   # 17.9 s in
+    (f"{STEP.stem}-cotenants-step-r0-g0-gateway.jsonl.gz", True),   # 2.4 s in: the co-tenants came
+    (f"{STEP.stem}-cotenants-step-r2-g0-reload.jsonl.gz", True),    # 1.4 s in
+])
+def test_two_windows_hold_the_steady_noise_and_keep_the_arrival(log_name: str, arrival: bool) -> None:
+    """Each `shared` switch of cotenants-step at 07:43 (the config before ``steady_windows``),
+    replayed with ``device.steady_windows: 2`` (what examples/sidecar-t4.yaml now sets): the
+    one made on the co-tenants' arrival is made at the same tick; the one made on one window of
+    the noise, 16-18 s into the phase, holds as `confirming`, and every tick before it decides as
+    the run did."""
+    cfg, out = replayed(STEP, log_name)
+    (move,) = [s for s in out if s.decision.switch and s.decision.reason is Reason.SHARED]
+    policy = replace(cfg.policy, device=replace(cfg.policy.device, steady_windows=2))
+    ticks = read_trace(STEP.parent / "logs" / log_name)
+    two = while_served(replay(ticks, policy, history_windows=cfg.history_windows))
+    i = next(i for i, s in enumerate(two) if s.tick.now_s == move.tick.now_s)
+    assert all(s.agrees for s in two[:i]), [s.tick.recorded["message"] for s in two[:i] if not s.agrees]
+    if arrival:
+        assert two[i].decision.switch and two[i].decision.reason is Reason.SHARED, two[i].decision.message
+    else:
+        assert not two[i].decision.switch and two[i].decision.reason is Reason.CONFIRMING, \
+            two[i].decision.message
+    shipped = sidecar_config(ROOT / "examples" / "sidecar-t4.yaml")
+    assert shipped.policy.device.steady_windows == 2
