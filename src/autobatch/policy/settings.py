@@ -290,11 +290,12 @@ class DeviceSettings:
     others' share rose by less than ``device.change_share`` and the arrivals moved by less
     than ``device.change_rate`` of their rate. Where either changed (a co-tenant arrives,
     the load steps) it acts on one window, as a survival move. 1: always on one window
-    (before 2026-12-06). In steady state one window's prediction spreads ~9 ms (10th-90th)
-    around the rung's p95, so where that p95 runs 52-58 ms one window in 12-50 reads over
-    60 and the controller switches; at 150-200/s the default held there went as far over
-    the SLO as wait25 held (-1.3 to +2.3 points), so those switches spent device time for
-    no share over the SLO (docs/shared-gpu.md, "Two windows where nothing changed")."""
+    (examples/sidecar-t4.yaml sets 2 from 2026-12-06). In steady state one window's
+    prediction spreads ~9 ms (10th-90th) around the rung's p95, so where that p95 runs
+    52-58 ms one window in 13-55 reads over 60 and the controller switches; at 150-200/s
+    the default held there went as far over the SLO as wait25 held (-1.3 to +2.3 points),
+    so those switches spent device time for no share over the SLO (docs/shared-gpu.md,
+    "Two windows where nothing changed")."""
     change_share: float = 0.1
     """With ``device.steady_windows`` over 1: others' share of the device rising by at
     least this over the last ``steady_windows`` windows is a change (a co-tenant arrives).
