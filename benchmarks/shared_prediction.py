@@ -26,7 +26,7 @@ import re
 import statistics
 import sys
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -173,38 +173,41 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = ap.parse_args(argv)
     found = list(ticks(args.profile, args.since, args.others))
     if args.by_phase:
-        phases = by_phase(found, args.slo)
-        if args.json:
-            json.dump(phases, sys.stdout, indent=1)
-            print()
-            return
-        print("| schedule, phase | rate | co-tenants | ticks (logs) | "
-              f"{args.profile} held p95 | held over the SLO | less the default's "
-              f"| window's mean request | predicted p95 | over {args.slo:g} ms: one window | two in a row "
-              "| mean of three |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-        for r in phases:
-            print(f"| {r['schedule']} `{r['phase']}` | {r['rate_rps']:g}/s | {r['cotenants']} | {r['ticks']} "
-                  f"({r['logs']}) | {r['held_p95_min_ms']}-{r['held_p95_max_ms']} "
-                  f"| {100 * r['held_over_min']:.1f}-{100 * r['held_over_max']:.1f}% "
-                  f"| {100 * r['over_default_min']:+.1f} to {100 * r['over_default_max']:+.1f} "
-                  f"| {r['mean_request_median_ms']} | {r['predicted_median_ms']} | {r['one_window']:.3f} "
-                  f"| {r['two_in_a_row']:.3f} | {r['mean_of_three']:.3f} |")
+        _emit(by_phase(found, args.slo), args.json, [
+            "schedule, phase", "rate", "co-tenants", "ticks (logs)", f"{args.profile} held p95",
+            "held over the SLO", "less the default's", "window's mean request", "predicted p95",
+            f"over {args.slo:g} ms: one window", "two in a row", "mean of three"], lambda r: [
+            f"{r['schedule']} `{r['phase']}`", f"{r['rate_rps']:g}/s", r["cotenants"],
+            f"{r['ticks']} ({r['logs']})", f"{r['held_p95_min_ms']}-{r['held_p95_max_ms']}",
+            f"{100 * r['held_over_min']:.1f}-{100 * r['held_over_max']:.1f}%",
+            f"{100 * r['over_default_min']:+.1f} to {100 * r['over_default_max']:+.1f}",
+            r["mean_request_median_ms"], r["predicted_median_ms"], _share(r["one_window"]),
+            _share(r["two_in_a_row"]), _share(r["mean_of_three"])])
         return
-    rows = table(found, args.slo)
-    if args.json:
+    _emit(table(found, args.slo), args.json, [
+        "phase's rate", "co-tenants", "ticks", "predicted p95, median (10th-90th)", "held p95, median",
+        "difference", "stretch (10th-90th)", f"ticks over {args.slo:g} ms"], lambda r: [
+        f"{r['rate_rps']:g}/s", r["cotenants"], r["ticks"],
+        f"{r['predicted_median_ms']} ({r['predicted_p10_ms']}-{r['predicted_p90_ms']})",
+        r["held_p95_median_ms"], f"{r['difference_ms']:+.1f}", f"{r['stretch_p10']}-{r['stretch_p90']}",
+        r["over_slo_ticks"]])
+
+
+def _share(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def _emit(rows: Sequence[dict[str, Any]], as_json: bool, header: Sequence[str],
+          cells: Callable[[dict[str, Any]], Sequence[Any]]) -> None:
+    """``rows`` as JSON, or as a markdown table of ``header`` and each row's ``cells``."""
+    if as_json:
         json.dump(rows, sys.stdout, indent=1)
         print()
         return
-    print("| phase's rate | co-tenants | ticks | predicted p95, median (10th-90th) | held p95, median "
-          f"| difference | stretch (10th-90th) | ticks over {args.slo:g} ms |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
     for r in rows:
-        print(f"| {r['rate_rps']:g}/s | {r['cotenants']} | {r['ticks']} | {r['predicted_median_ms']} "
-              f"({r['predicted_p10_ms']}-{r['predicted_p90_ms']}) | {r['held_p95_median_ms']} "
-              f"| {r['difference_ms']:+.1f} | {r['stretch_p10']}-{r['stretch_p90']} "
-              f"| {r['over_slo_ticks']} |")
-
+        print("| " + " | ".join(str(c) for c in cells(r)) + " |")
 
 if __name__ == "__main__":
     main()
