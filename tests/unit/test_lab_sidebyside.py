@@ -332,20 +332,19 @@ def test_a_process_groups_cpu_counts_a_child_it_reaped_between_readings() -> Non
     import subprocess
     import sys
 
-    from autobatch.lab.process import group_members
-    from autobatch.lab.sidebyside.run import _cpu_s
+    from autobatch.lab.process import cpu_seconds, group_members
 
     proc = subprocess.Popen([sys.executable, "-c", _REAPS_A_BURNER], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert proc.stdin is not None and proc.stdout is not None
-        before = _cpu_s(group_members(proc.pid))
+        before = cpu_seconds(group_members(proc.pid))
         proc.stdin.write("go\n")
         proc.stdin.flush()
         assert proc.stdout.readline().strip() == "reaped"
         members = group_members(proc.pid)
         assert members == [proc.pid]  # the burner is gone: only its parent's cutime holds it
-        assert _cpu_s(members) - before >= 0.29
+        assert cpu_seconds(members) - before >= 0.29
     finally:
         proc.kill()
         proc.wait()

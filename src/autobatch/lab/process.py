@@ -29,6 +29,7 @@ from autobatch.errors import ServeError
 __all__ = [
     "ManagedProcess",
     "Server",
+    "cpu_seconds",
     "describe_exit",
     "group_members",
     "log_tail",
@@ -153,6 +154,22 @@ def group_members(pgid: int) -> list[int]:
         if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != "Z":
             members.append(int(entry.name))
     return members
+
+
+def cpu_seconds(pids: Sequence[int]) -> float:
+    """The CPU seconds of ``pids`` and of the children they have reaped (/proc's utime, stime,
+    cutime and cstime); a pid gone since it was listed counts nothing. Read the members afresh
+    (:func:`group_members`) at each reading: a Python-backend stub replaced by a model reload is
+    then counted while it lives and, once Triton has reaped it, in Triton's cutime, so a reload
+    mode's Triton is not under-read by its old stub's lifetime."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += sum(int(x) for x in fields[11:15])
+        except (OSError, IndexError, ValueError):
+            continue
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 class ManagedProcess:

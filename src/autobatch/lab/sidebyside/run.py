@@ -37,7 +37,7 @@ from autobatch.lab.compare import (
     single_static,
     spread,
 )
-from autobatch.lab.process import ManagedProcess, group_members, poll_until
+from autobatch.lab.process import ManagedProcess, cpu_seconds, group_members, poll_until
 from autobatch.lab.sidebyside.layout import (
     BASELINE,
     LEAD_IN,
@@ -87,21 +87,6 @@ class Comparison:
 
 
 Event = Callable[[str], None]
-
-
-def _cpu_s(pids: Sequence[int]) -> float:
-    """The CPU seconds of ``pids`` and of the children they have reaped (/proc's utime, stime,
-    cutime and cstime). Read the members afresh at each reading: a Python-backend stub replaced by
-    a model reload is then counted while it lives and, once Triton has reaped it, in Triton's
-    cutime, so a reload mode's Triton is not under-read by its old stub's lifetime."""
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += sum(int(x) for x in fields[11:15])
-        except (OSError, IndexError, ValueError):
-            continue
-    return total / HZ
 
 
 def _machine_ticks() -> list[int] | None:
@@ -204,7 +189,7 @@ def run_group(cmp: Comparison, group: Sequence[ModeSpec], workdir: Path,
         event(f"running {schedule.duration_s:.0f} s ({cmp.lead_in_s:g} s of it the unmeasured lead-in)")
         time.sleep(max(0.0, start_at - time.monotonic()))
         wall0, load0 = time.monotonic(), os.getloadavg()
-        own0 = {m: {k: _cpu_s(v) for k, v in _own_pids(s).items()} for m, s in stacks.items()}
+        own0 = {m: {k: cpu_seconds(v) for k, v in _own_pids(s).items()} for m, s in stacks.items()}
         ticks0 = _machine_ticks()
 
         def ended() -> bool:
@@ -217,7 +202,7 @@ def run_group(cmp: Comparison, group: Sequence[ModeSpec], workdir: Path,
                    what=f"the modes' runs ({', '.join(workers)}) to end")
         wall, ticks1 = time.monotonic() - wall0, _machine_ticks()
         # The members read again: a reload replaces its model's stub (the generators report theirs).
-        own1 = {m: {k: _cpu_s(v) for k, v in _own_pids(s).items()} for m, s in stacks.items()}
+        own1 = {m: {k: cpu_seconds(v) for k, v in _own_pids(s).items()} for m, s in stacks.items()}
         kinds = {k for row in own1.values() for k in row}
         cpu = {k: round(sum(own1[m][k] - own0[m].get(k, 0.0) for m in own1) / wall, 3) for k in sorted(kinds)}
         results, logs = {}, {}
