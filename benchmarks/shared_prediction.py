@@ -173,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = ap.parse_args(argv)
     found = list(ticks(args.profile, args.since, args.others))
     if args.by_phase:
-        _emit(by_phase(found, args.slo), args.json, [
+        emit(by_phase(found, args.slo), args.json, [
             "schedule, phase", "rate", "co-tenants", "ticks (logs)", f"{args.profile} held p95",
             "held over the SLO", "less the default's", "window's mean request", "predicted p95",
             f"over {args.slo:g} ms: one window", "two in a row", "mean of three"], lambda r: [
@@ -184,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             r["mean_request_median_ms"], r["predicted_median_ms"], _share(r["one_window"]),
             _share(r["two_in_a_row"]), _share(r["mean_of_three"])])
         return
-    _emit(table(found, args.slo), args.json, [
+    emit(table(found, args.slo), args.json, [
         "phase's rate", "co-tenants", "ticks", "predicted p95, median (10th-90th)", "held p95, median",
         "difference", "stretch (10th-90th)", f"ticks over {args.slo:g} ms"], lambda r: [
         f"{r['rate_rps']:g}/s", r["cotenants"], r["ticks"],
@@ -197,7 +197,7 @@ def _share(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
-def _emit(rows: Sequence[dict[str, Any]], as_json: bool, header: Sequence[str],
+def emit(rows: Sequence[dict[str, Any]], as_json: bool, header: Sequence[str],
           cells: Callable[[dict[str, Any]], Sequence[Any]]) -> None:
     """``rows`` as JSON, or as a markdown table of ``header`` and each row's ``cells``."""
     if as_json:
