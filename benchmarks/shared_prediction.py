@@ -209,5 +209,6 @@ def emit(rows: Sequence[dict[str, Any]], as_json: bool, header: Sequence[str],
     for r in rows:
         print("| " + " | ".join(str(c) for c in cells(r)) + " |")
 
+
 if __name__ == "__main__":
     main()
