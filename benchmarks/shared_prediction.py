@@ -36,7 +36,8 @@ RESULTS = Path(__file__).resolve().parent / "results" / "shared_gpu"
 LOG = re.compile(r"(\d{8}-\d{6})-(.+)-r(\d+)-g(\d+)-(.+)\.jsonl\.gz")
 
 
-def _phases(data: dict[str, Any]) -> list[tuple[float, float, dict[str, Any]]]:
+def phase_bounds(data: dict[str, Any]) -> list[tuple[float, float, dict[str, Any]]]:
+    """Each measured phase (not the lead-in) as its start and end, in seconds after the lead-in."""
     out, t = [], 0.0
     for ph in data["phases"]:
         if ph["name"] == "lead-in":
@@ -54,7 +55,7 @@ def ticks(profile: str, since: str, others: float, settle_s: float = 3.0) -> Ite
         data = json.loads(res.read_text(encoding="utf-8"))["data"]
         if not any(p.get("cotenants") for p in data["phases"]):
             continue
-        bounds = _phases(data)
+        bounds = phase_bounds(data)
         for log in sorted((RESULTS / "logs").glob(f"{res.stem}-*.jsonl.gz")):
             m = LOG.fullmatch(log.name)
             if m is None:
