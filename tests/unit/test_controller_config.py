@@ -103,6 +103,7 @@ def test_the_old_flat_policy_keys_load_as_their_groups_with_one_line_each(tmp_pa
         ({"device": {"floor_alone": 1}}, "policy.device.floor_alone = 1: must be true or false"),
         ({"device": {"steady_windows": 0}}, "policy.device.steady_windows = 0: must be >= 1"),
         ({"device": {"steady_windows": 1.5}}, "policy.device.steady_windows = 1.5: must be an integer"),
+        ({"device": {"change_windows": -1}}, "policy.device.change_windows = -1: must be >= 0"),
         ({"device": {"change_share": 0}}, "policy.device.change_share = 0.0: must be a fraction in (0, 1]"),
         ({"device": {"change_rate": 1.5}}, "policy.device.change_rate = 1.5: must be a fraction in [0, 1]"),
         ({"efficiency": {"no_gain_needs_seen": "yes"}},
@@ -478,10 +479,10 @@ def test_no_gain_needs_seen_is_off_unless_written_and_has_no_flat_spelling(tmp_p
 
 def test_device_steady_windows_is_one_unless_written(tmp_path):
     d = _policy(tmp_path, {}).policy.device
-    assert (d.steady_windows, d.change_share, d.change_rate) == (1, 0.1, 0.4)
-    written = {"device": {"steady_windows": 2, "change_share": 0.15, "change_rate": 0.5}}
+    assert (d.steady_windows, d.change_share, d.change_rate, d.change_windows) == (1, 0.1, 0.4, 0)
+    written = {"device": {"steady_windows": 3, "change_share": 0.15, "change_rate": 0.5, "change_windows": 2}}
     d = _policy(tmp_path, written).policy.device
-    assert (d.steady_windows, d.change_share, d.change_rate) == (2, 0.15, 0.5)
+    assert (d.steady_windows, d.change_share, d.change_rate, d.change_windows) == (3, 0.15, 0.5, 2)
 
 
 def test_device_floor_alone_is_off_unless_written(tmp_path):

@@ -535,3 +535,24 @@ def test_steady_compares_this_window_with_the_one_steady_windows_back(
     assert steady(build_context(history, State.initial("wait25"), s, 100.1)) is steady_
     one = settings(ladder=(DEFAULT, WAIT25))
     assert steady(build_context(history, State.initial("wait25"), one, 100.1)) is False
+
+
+@pytest.mark.parametrize(("steady_windows", "change_windows", "changed_at", "steady_"), [
+    (3, 0, 97.0, False),   # 0: looks steady_windows (3) back, where the share was lower
+    (3, 2, 97.0, True),    # two back: the rise three windows ago is no longer a change
+    (3, 2, 98.0, False),   # within two windows: a change
+    (2, 3, 97.0, False),   # further back than steady_windows, too
+])
+def test_change_windows_sets_how_far_back_steady_looks_for_a_change(
+        steady_windows: int, change_windows: int, changed_at: float, steady_: bool) -> None:
+    """``device.change_windows`` apart from ``steady_windows``: the windows a steady-state move
+    needs in a row, and the span after a co-tenant's arrival in which one window acts."""
+    from autobatch.policy.core import steady
+    from autobatch.policy.settings import DeviceSettings
+
+    s = settings(ladder=(DEFAULT, WAIT25),
+                 device=DeviceSettings(steady_windows=steady_windows, change_windows=change_windows))
+    # others' share 0.3 until the window ending at ``changed_at``, 0.5 from that one on
+    history = [dwin(t, **{**UNDER, "others": 0.5 if t >= changed_at + 1.0 else 0.3})
+               for t in (96.0, 97.0, 98.0, 99.0, 100.0)]
+    assert steady(build_context(history, State.initial("wait25"), s, 100.1)) is steady_

@@ -160,14 +160,16 @@ def confirm(move: Move) -> Hold | None:
 
 
 def steady(ctx: Context) -> bool:
-    """Nothing changed over the last ``device.steady_windows`` windows: others' share of the
-    device rose by less than ``device.change_share`` and the arrivals moved by less than
-    ``device.change_rate`` of the higher rate, between this window and the one that many
-    back (fresh, both). False with ``steady_windows`` 1, or without those windows."""
+    """Nothing changed over the last ``device.change_windows`` windows (0: ``steady_windows``):
+    others' share of the device rose by less than ``device.change_share`` and the arrivals
+    moved by less than ``device.change_rate`` of the higher rate, between this window and the
+    one that many back (fresh, both). False with ``steady_windows`` 1, or without those
+    windows."""
     d = ctx.settings.device
-    if d.steady_windows <= 1 or len(ctx.history) <= d.steady_windows:
+    back = d.change_windows or d.steady_windows
+    if d.steady_windows <= 1 or len(ctx.history) <= back:
         return False
-    now, then = ctx.history[-1], ctx.history[-1 - d.steady_windows]
+    now, then = ctx.history[-1], ctx.history[-1 - back]
     if then.stale or now.others_share is None or then.others_share is None:
         return False
     if now.others_share - then.others_share >= d.change_share - EPS:

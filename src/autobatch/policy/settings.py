@@ -308,6 +308,15 @@ class DeviceSettings:
     between two 1 s windows by ~9/s (one standard deviation), a fifth of the rate: a
     steady 40/s reads as a change in ~3% of its windows (two Poisson counts), a steady 150/s in none."""
 
+    change_windows: int = 0
+    """With ``device.steady_windows`` over 1: how many windows back :func:`steady` looks for a
+    change (this window against the one that many back). 0: ``steady_windows`` (as before
+    2026-12-06 15:30). Set apart so that a longer steady-state wait does not widen the span
+    after an arrival in which one window acts: at ``steady_windows`` 3 a window 2-3 s after a
+    co-tenant came still read as a change, and on cotenants-linger all six controllers left
+    ``wait25`` then, where at 2 four of six had left on two windows mid-phase
+    (docs/shared-gpu.md, "Three windows where nothing changed")."""
+
     def __post_init__(self) -> None:
         _fraction("device.shared_min", self.shared_min, zero=False)
         _fraction("device.target_p95", self.target_p95, zero=False)
@@ -319,6 +328,8 @@ class DeviceSettings:
             raise ValueError("device.p95_per_mean must be >= 1")
         if self.steady_windows < 1:
             raise ValueError("device.steady_windows must be >= 1")
+        if self.change_windows < 0:
+            raise ValueError("device.change_windows must be >= 0")
         _fraction("device.change_share", self.change_share, zero=False)
         _fraction("device.change_rate", self.change_rate, zero=False)
 

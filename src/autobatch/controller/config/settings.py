@@ -79,6 +79,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "policy.device.climb_p95": (0.0, 1.0),
     "policy.device.own_queue": (0.0, 1.0),
     "policy.device.steady_windows": (1, 100),
+    "policy.device.change_windows": (0, 100),
     "policy.device.change_share": (0.0, 1.0),
     "policy.device.change_rate": (0.0, 1.0),
     "policy.device.wait_tail": (0.0, 1.0),
