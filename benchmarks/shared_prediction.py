@@ -28,7 +28,7 @@ import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from autobatch.lab.compare import decision_time_s
 
@@ -47,52 +47,80 @@ def phase_bounds(data: dict[str, Any]) -> list[tuple[float, float, dict[str, Any
     return out
 
 
-def ticks(profile: str, since: str, others: float, settle_s: float = 3.0) -> Iterator[dict[str, Any]]:
-    """Every tick on ``profile`` with others at least ``others`` of the device, 3 s into a phase."""
-    for res in sorted(RESULTS.glob("*.json")):
+class ControllerLog(NamedTuple):
+    """One controller's decision log in a saved side-by-side run with co-tenants."""
+
+    result: str
+    """The result's file stem."""
+    data: dict[str, Any]
+    """The result's ``data``."""
+    bounds: list[tuple[float, float, dict[str, Any]]]
+    """Its measured phases (:func:`phase_bounds`)."""
+    log: Path
+    mode: str
+    run: dict[str, Any]
+    """The repeat the log belongs to."""
+    ran: dict[str, Any]
+    """The controller's mode in that repeat (its ``t0_wall``, ``t0_mono``)."""
+
+
+def controller_logs(since: str, results: Path = RESULTS) -> Iterator[ControllerLog]:
+    """Every controller's decision log of the runs saved under ``results`` with co-tenants,
+    from ``since`` (YYYYMMDD) on, with its run and its mode in it."""
+    for res in sorted(results.glob("*.json")):
         if res.stem[:8] < since:
             continue
         data = json.loads(res.read_text(encoding="utf-8"))["data"]
         if not any(p.get("cotenants") for p in data["phases"]):
             continue
         bounds = phase_bounds(data)
-        for log in sorted((RESULTS / "logs").glob(f"{res.stem}-*.jsonl.gz")):
+        for log in sorted((results / "logs").glob(f"{res.stem}-*.jsonl.gz")):
             m = LOG.fullmatch(log.name)
             if m is None:
                 continue
             _, _, repeat, group, mode = m.groups()
-            run = next(r for r in data["runs"] if r["repeat"] == int(repeat))
-            held = [g["modes"][profile] for g in run["groups"] if profile in g["modes"]]
-            if int(group) >= len(run["groups"]) or mode not in run["groups"][int(group)]["modes"] or not held:
+            run = next((r for r in data["runs"] if r["repeat"] == int(repeat)), None)
+            if run is None or int(group) >= len(run["groups"]):
                 continue
-            ran = run["groups"][int(group)]["modes"][mode]
-            with gzip.open(log, "rt", encoding="utf-8") as f:
-                for index, line in enumerate(f):
-                    row = json.loads(line)
-                    d = row.get("decision") or {}
-                    sig = d.get("signals") or {}
-                    pred = (sig.get("p95_predicted_ms") or {}).get(profile)
-                    if (d.get("current") or row.get("active")) != profile or pred is None:
-                        continue
-                    if (sig.get("others_share") or 0.0) < others:
-                        continue
-                    # the run's clock (monotonic where the line carries it), from the lead-in's end
-                    t = decision_time_s(row, ran["t0_wall"], ran.get("t0_mono")) - data["lead_in_s"]
-                    phase = next((ph for lo, hi, ph in bounds if lo + settle_s <= t < hi), None)
-                    if phase is None:
-                        continue
-                    measured = next(p for p in held[0]["phases"] if p["name"] == phase["name"])
-                    default = next(p for p in run["groups"][0]["modes"]["triton-default"]["phases"]
-                                   if p["name"] == phase["name"])
-                    yield {"result": res.stem, "log": log.name, "index": index,
-                           "schedule": data["schedule"], "mode": mode,
-                           "phase": phase["name"], "rate_rps": phase["rate_rps"],
-                           "cotenants": phase.get("cotenants") or 0, "predicted_ms": pred,
-                           "held_p95_ms": measured["p95_ms"], "held_over_share": measured["over_slo_share"],
-                           "default_over_share": default["over_slo_share"],
-                           "mean_request_ms": (row.get("window") or {}).get("mean_request_ms"),
-                           "stretch": sig.get("stretch"),
-                           "action": d.get("action"), "reason": d.get("reason")}
+            ran = run["groups"][int(group)]["modes"].get(mode)
+            if ran is not None:
+                yield ControllerLog(res.stem, data, bounds, log, mode, run, ran)
+
+
+def ticks(profile: str, since: str, others: float, settle_s: float = 3.0) -> Iterator[dict[str, Any]]:
+    """Every tick on ``profile`` with others at least ``others`` of the device, 3 s into a phase."""
+    for c in controller_logs(since):
+        data, bounds, log, mode, run, ran = c.data, c.bounds, c.log, c.mode, c.run, c.ran
+        held = [g["modes"][profile] for g in run["groups"] if profile in g["modes"]]
+        if not held:
+            continue
+        with gzip.open(log, "rt", encoding="utf-8") as f:
+            for index, line in enumerate(f):
+                row = json.loads(line)
+                d = row.get("decision") or {}
+                sig = d.get("signals") or {}
+                pred = (sig.get("p95_predicted_ms") or {}).get(profile)
+                if (d.get("current") or row.get("active")) != profile or pred is None:
+                    continue
+                if (sig.get("others_share") or 0.0) < others:
+                    continue
+                # the run's clock (monotonic where the line carries it), from the lead-in's end
+                t = decision_time_s(row, ran["t0_wall"], ran.get("t0_mono")) - data["lead_in_s"]
+                phase = next((ph for lo, hi, ph in bounds if lo + settle_s <= t < hi), None)
+                if phase is None:
+                    continue
+                measured = next(p for p in held[0]["phases"] if p["name"] == phase["name"])
+                default = next(p for p in run["groups"][0]["modes"]["triton-default"]["phases"]
+                               if p["name"] == phase["name"])
+                yield {"result": c.result, "log": log.name, "index": index,
+                       "schedule": data["schedule"], "mode": mode,
+                       "phase": phase["name"], "rate_rps": phase["rate_rps"],
+                       "cotenants": phase.get("cotenants") or 0, "predicted_ms": pred,
+                       "held_p95_ms": measured["p95_ms"], "held_over_share": measured["over_slo_share"],
+                       "default_over_share": default["over_slo_share"],
+                       "mean_request_ms": (row.get("window") or {}).get("mean_request_ms"),
+                       "stretch": sig.get("stretch"),
+                       "action": d.get("action"), "reason": d.get("reason")}
 
 
 def _q(xs: Sequence[float], f: float) -> float:

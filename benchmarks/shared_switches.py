@@ -30,7 +30,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from shared_prediction import LOG, RESULTS, emit, phase_bounds
+from shared_prediction import RESULTS, controller_logs, emit
 
 from autobatch.lab.compare import decision_time_s
 
@@ -38,50 +38,34 @@ from autobatch.lab.compare import decision_time_s
 def moves(since: str, results: Path = RESULTS) -> Iterator[dict[str, Any]]:
     """Every ``shared`` switch of a controller in a saved run with co-tenants, with the two
     profiles' held shares over the SLO in its phase (None where one was not held)."""
-    for res in sorted(results.glob("*.json")):
-        if res.stem[:8] < since:
-            continue
-        data = json.loads(res.read_text(encoding="utf-8"))["data"]
-        if not any(p.get("cotenants") for p in data["phases"]):
-            continue
-        bounds = phase_bounds(data)
-        for log in sorted((results / "logs").glob(f"{res.stem}-*.jsonl.gz")):
-            m = LOG.fullmatch(log.name)
-            if m is None:
-                continue
-            _, _, repeat, group, mode = m.groups()
-            run = next((r for r in data["runs"] if r["repeat"] == int(repeat)), None)
-            if run is None or int(group) >= len(run["groups"]):
-                continue
-            ran = run["groups"][int(group)]["modes"].get(mode)
-            if ran is None:
-                continue
-            held: dict[str, dict[str, float]] = {}
-            for g in run["groups"]:
-                for name, h in g["modes"].items():
-                    held.setdefault(name, {p["name"]: p["over_slo_share"] for p in h.get("phases", [])})
-            with gzip.open(log, "rt", encoding="utf-8") as f:
-                for line in f:
-                    row = json.loads(line)
-                    d = row.get("decision") or {}
-                    if d.get("action") != "switch" or d.get("reason") != "shared":
-                        continue
-                    t = decision_time_s(row, ran["t0_wall"], ran.get("t0_mono")) - data["lead_in_s"]
-                    where = next(((lo, ph) for lo, hi, ph in bounds if lo <= t < hi), None)
-                    if where is None:
-                        continue
-                    lo, ph = where
-                    pred = (d.get("signals") or {}).get("p95_predicted_ms") or {}
-                    frm, to = d["current"], d["target"]
-                    live, target = held.get(frm, {}).get(ph["name"]), held.get(to, {}).get(ph["name"])
-                    yield {"result": res.stem, "schedule": data["schedule"], "repeat": int(repeat),
-                           "mode": mode, "phase": ph["name"], "rate_rps": ph["rate_rps"],
-                           "cotenants": ph.get("cotenants") or 0, "into_s": round(t - lo, 2),
-                           "from": frm, "to": to,
-                           "predicted_from_ms": pred.get(frm), "predicted_to_ms": pred.get(to),
-                           "held_from": live, "held_to": target,
-                           "gain_points": None if live is None or target is None
-                           else round(100 * (live - target), 2)}
+    for c in controller_logs(since, results):
+        data, bounds, ran = c.data, c.bounds, c.ran
+        held: dict[str, dict[str, float]] = {}
+        for g in c.run["groups"]:
+            for name, h in g["modes"].items():
+                held.setdefault(name, {p["name"]: p["over_slo_share"] for p in h.get("phases", [])})
+        with gzip.open(c.log, "rt", encoding="utf-8") as f:
+            for line in f:
+                row = json.loads(line)
+                d = row.get("decision") or {}
+                if d.get("action") != "switch" or d.get("reason") != "shared":
+                    continue
+                t = decision_time_s(row, ran["t0_wall"], ran.get("t0_mono")) - data["lead_in_s"]
+                where = next(((lo, ph) for lo, hi, ph in bounds if lo <= t < hi), None)
+                if where is None:
+                    continue
+                lo, ph = where
+                pred = (d.get("signals") or {}).get("p95_predicted_ms") or {}
+                frm, to = d["current"], d["target"]
+                live, target = held.get(frm, {}).get(ph["name"]), held.get(to, {}).get(ph["name"])
+                yield {"result": c.result, "schedule": data["schedule"], "repeat": c.run["repeat"],
+                       "mode": c.mode, "phase": ph["name"], "rate_rps": ph["rate_rps"],
+                       "cotenants": ph.get("cotenants") or 0, "into_s": round(t - lo, 2),
+                       "from": frm, "to": to,
+                       "predicted_from_ms": pred.get(frm), "predicted_to_ms": pred.get(to),
+                       "held_from": live, "held_to": target,
+                       "gain_points": None if live is None or target is None
+                       else round(100 * (live - target), 2)}
 
 
 def classes(rows: Sequence[dict[str, Any]], points: float, start_s: float) -> list[dict[str, Any]]:
