@@ -552,7 +552,7 @@ def test_change_windows_sets_how_far_back_steady_looks_for_a_change(
 
     s = settings(ladder=(DEFAULT, WAIT25),
                  device=DeviceSettings(steady_windows=steady_windows, change_windows=change_windows))
-    # others' share 0.3 until the window ending at ``changed_at``, 0.5 from that one on
+    # others' share 0.3 up to the window ending at ``changed_at``, 0.5 from the next one on
     history = [dwin(t, **{**UNDER, "others": 0.5 if t >= changed_at + 1.0 else 0.3})
                for t in (96.0, 97.0, 98.0, 99.0, 100.0)]
     assert steady(build_context(history, State.initial("wait25"), s, 100.1)) is steady_

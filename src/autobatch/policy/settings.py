@@ -314,8 +314,10 @@ class DeviceSettings:
     2026-12-06 15:30). Set apart so that a longer steady-state wait does not widen the span
     after an arrival in which one window acts: at ``steady_windows`` 3 a window 2-3 s after a
     co-tenant came still read as a change, and on cotenants-linger all six controllers left
-    ``wait25`` then, where at 2 four of six had left on two windows mid-phase
-    (docs/shared-gpu.md, "Three windows where nothing changed")."""
+    ``wait25`` then, where at 2 four of six had left on two windows mid-phase. At
+    ``steady_windows`` 3 with this at 2 they still left at the arrival (linger 1.11-1.12x the
+    oracle's device time, as shipped; step 0.57-0.60x the default's, the shipped gateway 0.52x),
+    so no config sets it (docs/shared-gpu.md, "Three windows where nothing changed")."""
 
     def __post_init__(self) -> None:
         _fraction("device.shared_min", self.shared_min, zero=False)
