@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -67,8 +68,10 @@ async def test_promql_window_agrees_with_the_direct_one(triton: Any, prometheus:
     range_s = b.taken_s - a.taken_s
 
     def fleet(selector: str) -> PrometheusSource:
+        # Evaluated at the window's end, seconds ago: no check of this clock against
+        # Prometheus's (it would call the pinned clock a stepped one).
         return PrometheusSource(prometheus, M, selector=selector, range_s=range_s,
-                                clock=lambda: b.taken_s)
+                                clock=lambda: b.taken_s, max_skew_s=None)
 
     async with fleet('replica="a"') as one:
         p = await one.poll()
@@ -110,6 +113,39 @@ async def test_promql_missing_series_and_bad_selector(prometheus: str) -> None:
         with pytest.raises(ConfigError) as info:
             await source.poll()
     assert str(info.value).startswith("selector = ")
+
+
+async def test_a_clock_behind_prometheus_is_a_bad_interval(prometheus: str) -> None:
+    """This clock stepped back 10 s: the queries, evaluated at it, read data 10 s old that
+    looks current by it (so ``max_age_s`` passes it); Prometheus's own time shows the step."""
+    behind_s = 10.0
+
+    def behind() -> float:
+        return time.time() - behind_s
+
+    loop = asyncio.get_running_loop()
+
+    def poll(source: PrometheusSource) -> Window:
+        return asyncio.run_coroutine_threadsafe(source.poll(), loop).result()
+
+    async with PrometheusSource(prometheus, M, selector='replica="a"', range_s=4, clock=behind,
+                                max_age_s=3.0, max_skew_s=None) as unchecked:
+        # Prometheus may have scraped for less than 10 s yet: wait for the past to be there.
+        past = await asyncio.to_thread(
+            poll_until, lambda: (lambda w: None if w.stale else w)(poll(unchecked)),
+            timeout_s=60, interval_s=0.5, what="Prometheus to hold a window 10 s back")
+    assert not past.stale and time.time() - past.end_s > behind_s / 2, past
+    async with PrometheusSource(prometheus, M, selector='replica="a"', range_s=4, clock=behind,
+                                max_age_s=3.0) as checked:
+        w = await checked.poll()
+    assert w.stale and w.stale_reason == "bad_interval", (w.stale_reason, w.stale_detail)
+    assert "stepped" in (w.stale_detail or "") and prometheus in (w.stale_detail or "")
+    async with PrometheusSource(prometheus, M, selector='replica="a"', range_s=4,
+                                max_age_s=3.0) as on_time:
+        fresh = await asyncio.to_thread(
+            poll_until, lambda: (lambda w: None if w.stale else w)(poll(on_time)),
+            timeout_s=30, interval_s=0.5, what="a window on the true clock")
+    assert fresh.end_s > past.end_s + behind_s / 2
 
 
 async def test_a_restart_inside_the_range_is_a_counter_reset() -> None:

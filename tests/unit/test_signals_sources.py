@@ -16,6 +16,7 @@ import pytest
 
 from autobatch.errors import ConfigError, ScrapeError
 from autobatch.signals import PrometheusSource, TritonSource, make_source, windows
+from autobatch.signals.prometheus import NOW_QUERY, clock_skew
 from autobatch.signals.window import Window
 
 M = "m"
@@ -333,9 +334,14 @@ async def test_windows_bad_arguments(interval: float, count: Any) -> None:
 # -- Prometheus ----------------------------------------------------------------------------
 
 
-def prometheus_handler(request: httpx.Request) -> httpx.Response:
+def prometheus_handler(request: httpx.Request, now_s: float = 1000.2) -> httpx.Response:
     query = request.url.params["query"]
-    assert request.url.path == "/api/v1/query" and request.url.params["time"] == "1000.000"
+    assert request.url.path == "/api/v1/query"
+    if query == NOW_QUERY:  # Prometheus's own time: asked at its now
+        assert "time" not in request.url.params
+        return httpx.Response(200, json={"status": "success", "data": {
+            "resultType": "vector", "result": [{"metric": {}, "value": [now_s, str(now_s)]}]}})
+    assert request.url.params["time"] == "1000.000"
     value = {
         "rate(nv_inference_request_success": 40, "rate(nv_inference_count": 80,
         "rate(nv_inference_exec_count": 20, "rate(nv_inference_queue_duration_us": 80_000,
@@ -382,6 +388,70 @@ async def test_prometheus_errors(response: httpx.Response, error: type, words: s
     with pytest.raises(error) as info:
         await src.poll()
     assert words in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("prom_now_s", "stale"),
+    [
+        (1000.2, False),
+        (1001.9, False),   # within 2 s of the clock
+        (998.5, False),
+        (4600.0, True),    # this clock stepped back an hour: the queries would read the past
+        (995.0, True),     # Prometheus's clock 5 s behind
+    ],
+)
+async def test_prometheus_clock_skew_is_a_bad_interval(prom_now_s: float, stale: bool) -> None:
+    client = httpx.AsyncClient(transport=httpx.MockTransport(
+        lambda r: prometheus_handler(r, now_s=prom_now_s)))
+    src = PrometheusSource("prom:9090", M, range_s=10, client=client, clock=lambda: 1000.0)
+    w = await src.poll()
+    assert w.stale is stale
+    if stale:
+        assert w.stale_reason == "bad_interval" and "stepped" in (w.stale_detail or "")
+        assert "http://prom:9090" in (w.stale_detail or "")
+
+
+async def test_prometheus_without_the_skew_check_asks_no_time() -> None:
+    asked: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.params["query"])
+        return prometheus_handler(request, now_s=4600.0)
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    src = PrometheusSource("prom:9090", M, range_s=10, client=client, clock=lambda: 1000.0,
+                           max_skew_s=None)
+    w = await src.poll()
+    assert not w.stale and NOW_QUERY not in asked and len(asked) == len(src.promql.queries())
+
+
+@pytest.mark.parametrize(
+    ("now", "asked", "answered", "skewed"),
+    [
+        ([{"metric": {}, "value": [10.0, "10.0"]}], 10.0, 10.1, False),
+        ([{"metric": {}, "value": [14.0, "14.0"]}], 10.0, 13.0, False),  # a slow answer
+        ([{"metric": {}, "value": [15.5, "15.5"]}], 10.0, 13.0, True),
+        ([{"metric": {}, "value": [7.5, "7.5"]}], 10.0, 10.1, True),
+    ],
+)
+def test_clock_skew_table(now: list[dict[str, Any]], asked: float, answered: float,
+                          skewed: bool) -> None:
+    assert (clock_skew(now, asked, answered, 2.0) is not None) is skewed
+
+
+@pytest.mark.parametrize("now", [[], [{"metric": {}, "value": [1.0, "NaN"]}],
+                                 [{"metric": {}, "value": [1.0, "x"]}]])
+def test_clock_skew_malformed(now: list[dict[str, Any]]) -> None:
+    with pytest.raises(ScrapeError) as info:
+        clock_skew(now, 1.0, 1.0, 2.0)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
+def test_prometheus_bad_skew_tolerance(bad: float) -> None:
+    with pytest.raises(ConfigError) as info:
+        PrometheusSource("prom:9090", M, max_skew_s=bad)
+    assert str(info.value).startswith("max_skew_s")
 
 
 async def test_prometheus_stale_scrape_is_too_old() -> None:

@@ -19,7 +19,12 @@ mode: Prometheus"):
   compute counters divided by the mean batch size (exact when the batches are
   of one size, a little high when they vary);
 * ``end_s`` is the newest scraped sample's timestamp, so a stuck scrape shows
-  up as an old window; ``start_s`` is ``end_s - range_s``.
+  up as an old window; ``start_s`` is ``end_s - range_s``;
+* the queries are evaluated at the sidecar's wall clock, so each poll also asks
+  Prometheus for its own time (``vector(time())``, no ``time`` parameter): a
+  clock more than :data:`CLOCK_SKEW_TOLERANCE_S` off Prometheus's (stepped back
+  an hour, a paused machine) would query the past and read it as fresh, and
+  the window is stale (``bad_interval``) instead.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
@@ -41,7 +46,15 @@ from autobatch.signals.stretch import device_view
 from autobatch.signals.triton import DEFAULT_TIMEOUT_S, normalize_url
 from autobatch.signals.window import StaleReason, Window
 
-__all__ = ["PromQL", "PrometheusSource", "window_from_results"]
+__all__ = ["CLOCK_SKEW_TOLERANCE_S", "PromQL", "PrometheusSource", "window_from_results"]
+
+CLOCK_SKEW_TOLERANCE_S = 2.0
+"""How far the sidecar's wall clock may read from Prometheus's (beyond the time the query
+took) before a window counts as queried at the wrong time. NTP keeps two hosts within
+milliseconds; a step or a paused virtual machine moves a clock by whole seconds."""
+
+NOW_QUERY = "vector(time())"
+"""Prometheus's own time, evaluated at its now (the query carries no ``time``)."""
 
 
 def _quote(value: str) -> str:
@@ -275,6 +288,24 @@ def window_from_results(
     ).with_instance_count(instances)
 
 
+def clock_skew(now: list[Mapping[str, Any]], asked_s: float, answered_s: float,
+               tolerance_s: float) -> str | None:
+    """Why the clock that read ``asked_s`` before the queries and ``answered_s`` after them
+    disagrees with Prometheus's time ``now`` (the result of :data:`NOW_QUERY`) by more than
+    ``tolerance_s``, else None (pure). Prometheus read its time between the two."""
+    values = _values(list(now), "now")
+    if len(values) != 1 or not math.isfinite(values[0][1]):
+        raise ScrapeError(f"Prometheus answered {NOW_QUERY!r} with {list(now)!r:.200}, not one time",
+                          reason="malformed")
+    prom_s = values[0][1]
+    if asked_s - tolerance_s <= prom_s <= answered_s + tolerance_s:
+        return None
+    ahead = prom_s - answered_s if prom_s > answered_s else prom_s - asked_s
+    return (f"its clock reads {prom_s:.3f} and this one {asked_s:.3f} ({ahead:+.1f} s, more than the "
+            f"{tolerance_s:g} s allowed): a clock stepped or drifted, and the queries, evaluated at "
+            "this clock, would read another time's data as now")
+
+
 def _utilization(results: Results) -> float | None:
     for name in ("nv_gpu_util", "dcgm_util"):
         u = _one(results, name)
@@ -303,6 +334,9 @@ class PrometheusSource:
             ``busy_share`` (None: the share is left unknown).
         max_bytes: the most one query's answer may send (``too_large`` past it).
         curve: the reference of each window's stretch (``policy.curve``; None: none).
+        max_skew_s: how far ``clock`` may read from Prometheus's clock, beyond the time the
+            queries took, before the window is stale (``bad_interval``); None turns the
+            check off (a test that evaluates at a chosen past time).
     """
 
     def __init__(
@@ -320,6 +354,7 @@ class PrometheusSource:
         instances_per_replica: int | None = None,
         max_bytes: int = DEFAULT_MAX_BYTES,
         curve: BatchCurve | None = None,
+        max_skew_s: float | None = CLOCK_SKEW_TOLERANCE_S,
     ) -> None:
         self.url = normalize_url(url, "prometheus_url")
         self.curve = curve
@@ -332,6 +367,10 @@ class PrometheusSource:
         self.clock = clock
         self.timeout_s = float(timeout_s)
         self.max_age_s = max_age_s
+        if max_skew_s is not None and not (math.isfinite(max_skew_s) and max_skew_s > 0):
+            raise ConfigError(f"max_skew_s = {max_skew_s!r}: must be a number > 0 (or None for off)",
+                              field="max_skew_s", value=max_skew_s)
+        self.max_skew_s = max_skew_s
         self.max_bytes = int(max_bytes)
         self._client = client
         self._owns_client = client is None
@@ -341,11 +380,13 @@ class PrometheusSource:
             self._client = httpx.AsyncClient()
         return self._client
 
-    async def query(self, promql: str, at_s: float) -> list[Mapping[str, Any]]:
-        """One instant query; the ``data.result`` list. Raises ScrapeError or ConfigError."""
+    async def query(self, promql: str, at_s: float | None) -> list[Mapping[str, Any]]:
+        """One instant query at ``at_s`` (None: Prometheus's now); the ``data.result`` list.
+        Raises ScrapeError or ConfigError."""
         endpoint = f"{self.url}/api/v1/query"
+        params = {"query": promql} if at_s is None else {"query": promql, "time": f"{at_s:.3f}"}
         r = await get_bounded(
-            self._http(), endpoint, params={"query": promql, "time": f"{at_s:.3f}"},
+            self._http(), endpoint, params=params,
             timeout_s=self.timeout_s, max_bytes=self.max_bytes, what="Prometheus",
         )
         # Off the event loop: a large answer takes a while to decode.
@@ -380,12 +421,21 @@ class PrometheusSource:
         """Run every query at the current time and build the window."""
         at_s = self.clock()
         queries = self.promql.queries()
-        results = await asyncio.gather(*(self.query(q, at_s) for q in queries.values()))
+        asked = [self.query(q, at_s) for q in queries.values()]
+        if self.max_skew_s is not None:
+            asked.append(self.query(NOW_QUERY, None))
+        results = await asyncio.gather(*asked)
+        answered_s = self.clock()
         window = window_from_results(
             dict(zip(queries, results)), queries=self.promql, evaluated_s=at_s,
             instances_per_replica=self.instances_per_replica, curve=self.curve,
         )
-        return window.aged(self.clock(), self.max_age_s)
+        if self.max_skew_s is not None:
+            skew = clock_skew(results[-1], at_s, answered_s, self.max_skew_s)
+            if skew is not None:
+                return replace(window, stale=True, stale_reason=StaleReason.BAD_INTERVAL.value,
+                               stale_detail=f"Prometheus at {self.url}: {skew}")
+        return window.aged(answered_s, self.max_age_s)
 
     async def aclose(self) -> None:
         if self._owns_client and self._client is not None:

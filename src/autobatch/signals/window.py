@@ -50,7 +50,8 @@ class StaleReason(str, Enum):
     BAD_INTERVAL = "bad_interval"
     """The two samples are not in time order (the wall clock stepped back), or the wall clock
     moved further than the monotonic one between them (it stepped forward, or the machine
-    paused): the window's rates would divide by the wrong time."""
+    paused): the window's rates would divide by the wrong time. In fleet mode: this clock
+    reads far from Prometheus's, so the queries evaluated at it would read another time."""
     UNREACHABLE = "unreachable"
     """An endpoint refused the connection, timed out or answered with an HTTP error."""
     MALFORMED = "malformed"
