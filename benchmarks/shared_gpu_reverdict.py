@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from autobatch.lab.sidebyside.run import decisions_from_log, summary, verdicts
+from autobatch.lab.sidebyside.run import ReactFn, decisions_from_log, summary, verdicts
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from record import config_as_run  # noqa: E402
@@ -41,9 +41,9 @@ def _decisions(log: Path, t0_wall: float, t0_mono: float | None) -> list[dict[st
         return decisions_from_log(Path(f.name), t0_wall, t0_mono)
 
 
-def reverdict(path: Path) -> tuple[dict[str, Any], list[str]]:
+def reverdict(path: Path, react_s: ReactFn | None = None) -> tuple[dict[str, Any], list[str]]:
     """The saved result at ``path`` with its verdicts, summary and rows recomputed, and a line
-    per verdict that changed."""
+    per verdict that changed. ``react_s``: the oracle's reaction (default: the verdict's)."""
     doc = json.loads(path.read_text(encoding="utf-8"))
     data = doc["data"]
     argv = shlex.split(doc["command"])[2:]  # "python benchmarks/shared_gpu.py ..."
@@ -66,7 +66,7 @@ def reverdict(path: Path) -> tuple[dict[str, Any], list[str]]:
                     raise SystemExit(f"shared_gpu_reverdict: {path}: no decision log {log.name} for {name}")
                 modes[name] = {**r, "decisions": _decisions(log, r["t0_wall"], r.get("t0_mono"))}
             groups.append({**g, "modes": modes})
-        new, old = verdicts(cmp, groups), _flat(run["verdicts"])
+        new, old = verdicts(cmp, groups, react_s), _flat(run["verdicts"])
         changed += [f"r{run['repeat']} {k}: {old.get(k)} -> {v}" for k, v in _flat(new).items()
                     if old.get(k) != v]
         run["verdicts"] = new

@@ -273,9 +273,24 @@ def _react_s(decisions: Sequence[Mapping[str, Any]], starts: Sequence[float], mo
     return statistics.median(got) if got else REACT_FALLBACK_S.get(mode, 2.0)
 
 
-def verdicts(cmp: Comparison, groups: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def capability_react_s(decisions: Sequence[Mapping[str, Any]], starts: Sequence[float], mode: str,
+                       windows: float = 2.0, interval_s: float = 1.0) -> float:
+    """The reaction a controller is capable of, its late moves aside: ``windows`` windows to
+    decide (issue 28's reaction target) plus the median actuation of its own switches. Not
+    the verdict's (:func:`_react_s`); ``benchmarks/oracle_react.py`` sets the two side by side."""
+    acts = [d.get("duration_s") or 0.0 for d in decisions if d["action"] == "switch" and d.get("ok")]
+    return windows * interval_s + statistics.median(acts) if acts else REACT_FALLBACK_S.get(mode, 2.0)
+
+
+ReactFn = Callable[[Sequence[Mapping[str, Any]], Sequence[float], str], float]
+
+
+def verdicts(cmp: Comparison, groups: Sequence[Mapping[str, Any]],
+             react_s: ReactFn | None = None) -> dict[str, Any]:
     """One repeat's verdicts: each controller against the statics, the oracle and its group's
-    default; whether one static profile is the answer; the reaction to each arrival."""
+    default; whether one static profile is the answer; the reaction to each arrival.
+    ``react_s``: the oracle's reaction from a controller's decisions (default :func:`_react_s`)."""
+    react_of = react_s or _react_s
     schedule = with_lead_in(cmp.schedule, cmp.lead_in_s)
     jobs = placed_cotenants(cmp.cotenants, schedule, cmp.lead_in_s)
     durations = [p.duration_s for p in cmp.schedule.phases]
@@ -294,7 +309,7 @@ def verdicts(cmp: Comparison, groups: Sequence[Mapping[str, Any]]) -> dict[str, 
         for name, r in g["modes"].items():
             if name not in kinds:
                 continue
-            react = _react_s(r["decisions"], measured_starts, kinds[name])
+            react = react_of(r["decisions"], measured_starts, kinds[name])
             v = controller_verdict(name, whole_run(r), statics, default, durations, react, kinds[name])
             out["controllers"][name] = {
                 **v.to_dict(), "react_s": round(react, 2), "group_default_device_ms": default["device_ms"],
