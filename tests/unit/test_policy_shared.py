@@ -227,6 +227,54 @@ def test_the_controller_climbs_back_once_the_co_tenants_leave() -> None:
     assert len(switches) <= 3, switches  # no flapping
 
 
+@pytest.mark.parametrize("release", [False, True])
+def test_release_lets_the_way_back_skip_the_dwell_once_the_co_tenants_leave(release: bool) -> None:
+    """Co-tenants for 6 s: the shared move comes within the dwell of their leaving. Without
+    ``device.release`` the climb back waits the dwell out; with it, only its confirmations."""
+    from autobatch.policy.settings import DeviceSettings
+
+    def window(end: float, active: str) -> Window:
+        return mixed(end, active, shared_share(end, 120.0, 126.0))
+
+    s = settings(device=DeviceSettings(release=release))
+    decisions, state = run(s, State.initial("wait-18").switched("wait-18", 50.0), 45, window)
+    switches = [(d.at_s, d.reason, d.target) for d in decisions if d.switch]
+    assert switches[0][1] is Reason.SHARED and 120.0 < switches[0][0] <= 122.1, switches
+    down = switches[0][0]
+    up = [(t, target) for t, r, target in switches[1:] if r is Reason.EFFICIENCY]
+    assert up and up[0][1] == "wait-18", switches
+    if release:  # the first two windows wholly after they left confirm it
+        assert up[0][0] <= 128.1 < down + s.stability.min_dwell_s, (switches, down)
+    else:
+        assert up[0][0] >= down + s.stability.min_dwell_s - 0.01, (switches, down)
+    assert len(switches) == 2 and state.active == "wait-18", switches  # no flapping
+
+
+@pytest.mark.parametrize(("others", "shared_from", "failed", "skips"), [
+    (0.02, "wait-18", False, True),
+    (0.30, "wait-18", False, False),    # still shared: the dwell stands
+    (None, "wait-18", False, False),    # the device unread: not known to have left
+    (0.02, None, False, False),         # the last switch was not a shared move
+    (0.02, "wait-8", False, False),     # a climb to another rung than the one left
+    (0.02, "wait-18", True, False),     # the last switch failed: every move dwells
+])
+def test_undoes_shared_table(others: float | None, shared_from: str | None, failed: bool,
+                             skips: bool) -> None:
+    from autobatch.policy.core import Move, _undoes_shared
+    from autobatch.policy.settings import DeviceSettings
+    from autobatch.policy.types import Recommendation
+
+    s = settings(device=DeviceSettings(release=True))
+    state = replace(State.initial("triton-default").switched("triton-default", 95.0),
+                    shared_from=shared_from, last_switch_failed=failed)
+    w = dwin(100.0, others=others if others is not None else 0.0, util=others is not None)
+    c = build_context([dwin(99.0), w], state, s, 100.1)
+    move = Move(c, Recommendation(2, Reason.EFFICIENCY, "up"), state)
+    assert _undoes_shared(move) is skips
+    off = build_context([dwin(99.0), w], state, settings(), 100.1)
+    assert _undoes_shared(Move(off, Recommendation(2, Reason.EFFICIENCY, "up"), state)) is False
+
+
 def test_no_relief_while_the_co_tenants_stretch_every_rung() -> None:
     """At the bottom with the summary over the SLO: the rungs above would form the same
     stretched batches (nothing to save) and wait on top: relief holds."""

@@ -181,9 +181,11 @@ def steady(ctx: Context) -> bool:
 def dwell(move: Move) -> Hold | None:
     """Hold within ``stability.min_dwell_s`` of the last switch: noise must not flap the profile.
     Survival moves are exempt (unless that switch failed), and so is a step that undoes an
-    efficiency move whose load is gone (:func:`_undoes_efficiency`)."""
+    efficiency move whose load is gone (:func:`_undoes_efficiency`) or, with ``device.release``,
+    a ``shared`` move whose co-tenants are gone (:func:`_undoes_shared`)."""
     st, s = move.state, move.ctx.settings
-    if (move.survival and not st.last_switch_failed) or _undoes_efficiency(move) or st.last_switch_s is None:
+    if (move.survival and not st.last_switch_failed) or _undoes_efficiency(move) or _undoes_shared(move) \
+            or st.last_switch_s is None:
         return None
     elapsed = move.ctx.now_s - st.last_switch_s
     if elapsed >= s.stability.min_dwell_s - EPS:
@@ -240,7 +242,7 @@ def switch(move: Move) -> tuple[Decision, State]:
     relief_from = (st.active, p95) if rec.reason is Reason.RELIEF and p95 is not None else None
     d = Decision(Action.SWITCH, st.active, move.target, rec.reason, rec.message, ctx.now_s, move.signals())
     return d, replace(st, efficiency_up_rps=ctx.demand_rps if up else None, relief_from=relief_from,
-                      relief_worse=worse)
+                      relief_worse=worse, shared_from=st.active if rec.reason is Reason.SHARED else None)
 
 
 def _count(ctx: Context, rec: Recommendation) -> State:
@@ -264,6 +266,17 @@ def _undoes_efficiency(move: Move) -> bool:
     return (move.toward_latency and move.rec.reason.direct and not st.last_switch_failed
             and st.efficiency_up_rps is not None
             and move.ctx.made_at_rps <= s.stability.stabilization_drop * st.efficiency_up_rps + EPS)
+
+
+def _undoes_shared(move: Move) -> bool:
+    """With ``device.release``: an efficiency step toward throughput back to the profile a
+    ``shared`` move left, in a window where others use under ``device.shared_min`` of the
+    device (read, not unknown): the co-tenants that caused the move have left."""
+    st, ctx = move.state, move.ctx
+    others = ctx.window.others_share
+    return (ctx.settings.device.release and not move.toward_latency and not st.last_switch_failed
+            and move.rec.reason.kind == "efficiency" and st.shared_from == move.target
+            and others is not None and others < ctx.settings.device.shared_min - EPS)
 
 
 def _hold(state: State, hold: Hold, now: float, sig: Mapping[str, Any]) -> Decision:

@@ -319,6 +319,14 @@ class DeviceSettings:
     oracle's device time, as shipped; step 0.57-0.60x the default's, the shipped gateway 0.52x),
     so no config sets it (docs/shared-gpu.md, "Three windows where nothing changed")."""
 
+    release: bool = False
+    """A step toward throughput back to the profile a ``shared`` move left, once others use
+    under ``shared_min`` of the device, need not wait out ``stability.min_dwell_s`` (its
+    confirmations still count): the co-tenants left, and the move's cause with them. Off: as
+    before 2026-12-06 17:30, when a ``shared`` move made up to 10 s before the co-tenants left
+    kept the default 8-15 s into the next phase in 13 of the day's co-tenant runs
+    (cotenants-step at 16:42: 3.91 ms a request in ``high-alone`` against ``wait25``'s 2.68)."""
+
     def __post_init__(self) -> None:
         _fraction("device.shared_min", self.shared_min, zero=False)
         _fraction("device.target_p95", self.target_p95, zero=False)

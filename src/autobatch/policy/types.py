@@ -188,6 +188,9 @@ class State:
     """The arrival rate the last switch was decided at, when it was an efficiency (or
     relief) step toward throughput (None after any other): once the load has fallen well
     below it, a step back toward latency need not wait out the dwell."""
+    shared_from: str | None = None
+    """The profile the last switch left when it was a ``shared`` move (None after any other):
+    with ``device.release``, the step back to it once others leave skips the dwell."""
     relief_from: tuple[str, float] | None = None
     """The profile a relief move left and the p95 it read there (None after any other
     switch): a breach on the profile it reached steps back only once its p95 is worse."""
@@ -224,7 +227,7 @@ class State:
             worse = (tried, self.efficiency_up_rps)
         return replace(self, active=active, last_switch_s=at_s, streak_target=None, streak=0,
                        last_switch_failed=True, relief_from=None, efficiency_up_rps=None,
-                       relief_worse=worse)
+                       relief_worse=worse, shared_from=None)
 
 
 @dataclass(frozen=True)
