@@ -36,7 +36,8 @@ __all__ = ["RENAMED_CONFIGS", "RESULTS", "config_as_run", "fill_blocks", "machin
 
 RENAMED_CONFIGS = {"examples/sidecar-t4.yaml": (("20261204-181600", "examples/sidecar-t4-aggressive.yaml"),
                                                 ("20261206-052000", "examples/sidecar-t4-20261204.yaml"),
-                                                ("20261206-091500", "examples/sidecar-t4-20261206.yaml"))}
+                                                ("20261206-091500", "examples/sidecar-t4-20261206.yaml"),
+                                                ("20261206-182500", "examples/sidecar-t4-20261206b.yaml"))}
 """A config whose contents changed under its name, oldest cut first: the runs saved before a cut
 (and at or after the one before it) ran what that cut's file holds. The T4 sidecar climbed to
 ``aggressive`` until 2026-12-04 18:16 UTC (the cut falls between the last run of the old
@@ -45,8 +46,11 @@ could act on a learned cost until 2026-12-06 05:20 (the last run of the old cont
 cotenants-ebb, saved 05:09:20; the first of the new, cotenants-ramp, 05:33:43), and the shared
 rule acted on one window in steady state until 2026-12-06 09:15 (the last shipped run of the old
 contents, cotenants-step, saved 07:43:08; the side-by-side runs of 08:06-09:50 set
-``policy.device.steady_windows`` in each controller's variant, so either file replays them). A
-result is stamped when it is saved, at its end."""
+``policy.device.steady_windows`` in each controller's variant, so either file replays them), and
+the way back from a shared move waited out the dwell until 2026-12-06 18:25 (the last shipped run of
+the old contents, cotenants-ramp, saved 17:02:22; the side-by-side runs of 17:22-18:24 set
+``policy.device.release`` in each controller's variant). A result is stamped when it is saved, at
+its end."""
 
 
 def config_as_run(config: str, stamp: str) -> Path:

@@ -325,7 +325,9 @@ class DeviceSettings:
     confirmations still count): the co-tenants left, and the move's cause with them. Off: as
     before 2026-12-06 17:30, when a ``shared`` move made up to 10 s before the co-tenants left
     kept the default 8-15 s into the next phase in 13 of the day's co-tenant runs
-    (cotenants-step at 16:42: 3.91 ms a request in ``high-alone`` against ``wait25``'s 2.68)."""
+    (cotenants-step at 16:42: 3.91 ms a request in ``high-alone`` against ``wait25``'s 2.68).
+    examples/sidecar-t4.yaml sets it since 18:25 (docs/shared-gpu.md, "The way back without
+    the dwell")."""
 
     def __post_init__(self) -> None:
         _fraction("device.shared_min", self.shared_min, zero=False)
