@@ -16,7 +16,6 @@ Reads only; writes nothing.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,8 +34,7 @@ def compare(path: Path) -> list[dict[str, Any]]:
     """Per controller of the result at ``path``: the ratio to the oracle (median, min, max over
     the repeats) with the verdict's reaction and with the capability's."""
     data = json.loads(path.read_text(encoding="utf-8"))["data"]
-    react = functools.partial(capability_react_s, interval_s=1.0)
-    new = reverdict(path, react)[0]["data"]["summary"]
+    new = reverdict(path, capability_react_s)[0]["data"]["summary"]  # 1 s windows, as every run
     out = []
     for mode, old in data["summary"].items():
         if mode == "single_static" or (old.get("device_vs_oracle") or {}).get("median") is None:

@@ -33,37 +33,58 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "shared_gpu"
 
 
-def shipped_logs(since: str, results: Path = RESULTS) -> list[tuple[Path, str, tuple[str, ...]]]:
-    """(log, config, policy fields the run left out) for each controller of a shipped config
-    in every current result from ``since`` (YYYYMMDD) on."""
+def _variant_sets(data: dict[str, Any], mode: str) -> str:
+    """The ``a.b=VALUE,...`` of a ``--variant NAME=KIND:...`` the run added ('' for the two)."""
+    for spec in data.get("variants") or []:
+        name, _, rest = spec.partition("=")
+        if name == mode:
+            return rest.partition(":")[2]
+    return ""
+
+
+def controller_logs(since: str = "", results: Path = RESULTS) -> list[tuple[str, str, str, tuple[str, ...]]]:
+    """(log file name, config, the variant's settings, the policy fields the run left out) for
+    each controller of each group of each repeat of every current benchmarks/shared_gpu.py
+    result from ``since`` (YYYYMMDD) on (a gateway derived from the reload's config runs
+    without its reload-only guards, ``gateway_without``, since 2026-12-02 afternoon)."""
     out = []
     for path in sorted(results.glob("*.json")):
         if path.stem[:8] < since:
             continue
         data = json.loads(path.read_text(encoding="utf-8"))["data"]
         kinds = data.get("controllers") or {"reload": "reload", "gateway": "gateway"}
-        variants = {spec.partition("=")[0] for spec in data.get("variants") or []}
         for run in data["runs"]:
             for g, group in enumerate(run["groups"]):
-                for mode in sorted((set(group["modes"]) & set(kinds)) - variants):
+                for mode in sorted(set(group["modes"]) & set(kinds)):
                     gateway = kinds[mode] == "gateway"
                     config = (data.get("gateway_config") if gateway else None) or data["config"]
                     drops = tuple(data.get("gateway_without") or ()) if gateway else ()
                     name = f"{path.stem}-{data['schedule']}-r{run['repeat']}-g{g}-{mode}.jsonl.gz"
-                    out.append((results / "logs" / name, config, drops))
+                    out.append((name, config, _variant_sets(data, mode), drops))
     return out
+
+
+def config_data(name: str, config: str, drops: tuple[str, ...],
+                sets: Sequence[str]) -> tuple[dict[str, Any], Path]:
+    """The sidecar mapping the run of log ``name`` decided by, and the file it is read from: the
+    config as it was then (``record.config_as_run``) without ``drops``, ``sets`` (``a.b=value``)
+    applied as shared_gpu.py applies a variant's, but for ``actuator.`` ones (how it moves, a
+    gateway's steps, not what it decides)."""
+    example = config_as_run(config, name[:15])
+    data = dict(load_yaml(example))
+    data["policy"] = without_reload_guards(dict(data.get("policy") or {}), drops)
+    for item in sets:
+        key, _, value = item.partition("=")
+        if not key.startswith("actuator."):
+            set_setting(data, key, value, ROOT)  # the runs start at the repository's root
+    return data, example
 
 
 def first_difference(log: Path, config: str, drops: tuple[str, ...],
                      sets: Sequence[str]) -> dict[str, Any] | None:
     """The first tick of ``log`` that decides otherwise with ``sets`` (``a.b=value``) applied to
     the config it ran, or None where every tick decides as the run did."""
-    example = config_as_run(config, log.name[:15])
-    data = dict(load_yaml(example))
-    data["policy"] = without_reload_guards(dict(data.get("policy") or {}), drops)
-    for item in sets:
-        key, _, value = item.partition("=")
-        set_setting(data, key, value, ROOT)
+    data, example = config_data(log.name, config, drops, sets)
     cfg = sidecar_config_from_mapping(data, str(example), base=example.parent)
     with gzip.open(log, "rt", encoding="utf-8") as f:
         ticks = parse_trace(f, log.name)
@@ -90,7 +111,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     sets = [item for s in args.set for item in settings_items(s)]
-    logs = shipped_logs(args.since)
+    logs = [(RESULTS / "logs" / name, config, drops)  # the shipped configs: no variant's settings
+            for name, config, variant, drops in controller_logs(args.since) if not variant]
     rows = [r for log, config, drops in logs if (r := first_difference(log, config, drops, sets)) is not None]
     emit(rows, args.json, ["log", "first tick that differs (s)", "decides", "the run decided",
                            "the run's next switch (s later)"],

@@ -36,6 +36,7 @@ RESULTS = ROOT / "benchmarks" / "results" / "closed_loop"
 REACTION = ROOT / "benchmarks" / "results" / "reaction"
 EXAMPLES = ROOT / "examples"
 shared_gpu = load_benchmark("shared_gpu")
+setting_replay = load_benchmark("setting_replay")
 CONFIGS = {"reload": EXAMPLES / "sidecar.yaml", "gateway": EXAMPLES / "sidecar-gateway.yaml"}
 
 
@@ -135,46 +136,11 @@ def test_the_demo_logs_replay_through_the_shipped_policy(name: str, config: str)
 SHARED = ROOT / "benchmarks" / "results" / "shared_gpu"
 
 
-def _variant_sets(data: dict, mode: str) -> str:
-    """The ``a.b=VALUE,...`` of a ``--variant NAME=KIND:...`` the run added ('' for the two)."""
-    for spec in data.get("variants") or []:
-        name, _, rest = spec.partition("=")
-        if name == mode:
-            return rest.partition(":")[2]
-    return ""
-
-
-def _shared_logs() -> list[tuple[str, str, str, tuple[str, ...]]]:
-    """(log file name, config, the variant's settings, the policy fields the run left out) for
-    each controller of each group of each repeat of every current benchmarks/shared_gpu.py
-    result (a gateway derived from the reload's config runs without its reload-only guards,
-    ``gateway_without``, since 2026-12-02 afternoon)."""
-    out = []
-    for path in sorted(SHARED.glob("*.json")):
-        data = json.loads(path.read_text(encoding="utf-8"))["data"]
-        kinds = data.get("controllers") or {m: m for m in CONFIGS}
-        for run in data["runs"]:
-            for g, group in enumerate(run["groups"]):
-                for mode in sorted(set(group["modes"]) & set(kinds)):
-                    gateway = kinds[mode] == "gateway"
-                    config = data.get("gateway_config") if gateway else None
-                    drops = tuple(data.get("gateway_without") or ()) if gateway else ()
-                    out.append((f"{path.stem}-{data['schedule']}-r{run['repeat']}-g{g}-{mode}.jsonl.gz",
-                                config or data["config"], _variant_sets(data, mode), drops))
-    return out
-
-
-@pytest.mark.parametrize(("name", "config", "sets", "drops"), _shared_logs())
+@pytest.mark.parametrize(("name", "config", "sets", "drops"), setting_replay.controller_logs())
 def test_the_shared_gpu_logs_replay_through_the_config_they_ran(name: str, config: str, sets: str,
                                                                 drops: tuple[str, ...]) -> None:
     path = SHARED / "logs" / name
     assert path.is_file(), f"{path} is missing: benchmarks/shared_gpu.py saves it beside its result"
-    example = config_as_run(config, name[:15])
-    data = dict(load_yaml(example))
-    data["policy"] = shared_gpu.without_reload_guards(dict(data.get("policy") or {}), drops)
-    for item in shared_gpu.settings_items(sets):  # a variant: its settings as shared_gpu.py set them
-        key, _, value = item.partition("=")
-        if key.startswith("actuator."):  # how it moves (a gateway's steps), not what it decides
-            continue
-        shared_gpu.set_setting(data, key, value, ROOT)  # the runs start at the repository's root
+    # a variant: its settings as shared_gpu.py set them
+    data, example = setting_replay.config_data(name, config, drops, shared_gpu.settings_items(sets))
     _assert_replays(path, data, example)

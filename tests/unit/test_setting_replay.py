@@ -18,8 +18,8 @@ def test_release_steps_back_where_the_run_held_on_dwell() -> None:
     assert row["ran"] == "hold triton-default (dwell)" and row["run_switched_after_s"] == 6.0
 
 
-def test_shipped_logs_leave_out_the_variants() -> None:
+def test_controller_logs_carry_each_variant_s_settings() -> None:
     mod = load_benchmark("setting_replay")
-    logs = [log.name for log, _, _ in mod.shipped_logs("20261206")]
-    assert any("-r1-g1-reload." in n for n in logs if n.startswith("20261206-164209"))
-    assert not any(n.endswith(("-g3.jsonl.gz", "-r3.jsonl.gz", "-g32.jsonl.gz")) for n in logs)
+    logs = {name: sets for name, _, sets, _ in mod.controller_logs("20261206")}
+    assert logs["20261206-164209-cotenants-step-r1-g1-reload.jsonl.gz"] == ""  # shipped
+    assert logs["20261206-174217-cotenants-step-r1-g1-rr.jsonl.gz"] == "policy.device.release=true"

@@ -427,7 +427,7 @@ class PrometheusSource:
         results = await asyncio.gather(*asked)
         answered_s = self.clock()
         window = window_from_results(
-            dict(zip(queries, results)), queries=self.promql, evaluated_s=at_s,
+            dict(zip(queries, results[:len(queries)], strict=True)), queries=self.promql, evaluated_s=at_s,
             instances_per_replica=self.instances_per_replica, curve=self.curve,
         )
         if self.max_skew_s is not None:
