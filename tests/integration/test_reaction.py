@@ -67,7 +67,15 @@ def test_a_step_is_answered_within_two_windows(tmp_path: Path, server) -> None: 
     assert first + 1 <= 2, f"decided in window {first + 1} after the step"
     decision = after[first]["decision"]
     assert decision["target"] == "aggressive"
-    # The log carries what the decision rested on.
-    assert decision["signals"]["arrival_rps"] > 200 and decision["signals"]["capacity_rps"]
+    # The log carries what the decision rested on. The first window after the step also
+    # holds calm seconds (CI 2026-12-06: saturation at +0.31 s read 118/s), so its demand
+    # is checked against the calm rate, and the reason's own figure against its threshold.
+    sig = decision["signals"]
+    assert sig["demand_rps"] > 2 * schedule.phases[0].rate_rps, sig
+    assert sig["capacity_rps"]["aggressive"] > sig["capacity_rps"]["latency-soft"], sig
+    if decision["reason"] == "saturation":
+        assert sig["mean_queue_ms"] > 5.0, sig
+    elif decision["reason"] == "forecast":
+        assert sig["forecast_rps"] * 1.25 > sig["capacity_rps"]["latency-soft"], sig  # capacity.margin
     assert after[first]["actuation"]["ok"], after[first]["actuation"]
     assert report.phases[1].failures == {}, report.phases[1].failures
