@@ -1,6 +1,7 @@
 """Triton's default against itself: how far one profile's share over the SLO moves between groups.
 
     .venv/bin/python benchmarks/shared_noise.py [--since 20261205] [--json]
+    .venv/bin/python benchmarks/shared_noise.py --beside low-three --beside night-jobs [--since 20261206]
 
 In every repeat of a side-by-side run (``benchmarks/shared_gpu.py``) each group
 holds Triton's default beside its other modes, on the same arrival trace and the
@@ -11,7 +12,13 @@ the two defaults' share over the SLO over the phases, in points; per schedule,
 its median, 90th percentile and maximum over the runs, and how many runs it
 exceeds 1 and 3 points (the gateway's and the reload's per-phase targets against
 the best static, which sits in the other group as often as not), with the phase
-lengths in requests. Reads only; writes nothing.
+lengths in requests.
+
+With ``--beside PHASE``: what a controller's moves cost in that phase against the
+noise. Per schedule holding the phase and per controller of the runs as shipped
+(no ``--variant``), the phase's requests over the SLO less those of the default
+held in the controller's own group, in requests: median, least and most over the
+repeats. Reads only; writes nothing.
 """
 
 from __future__ import annotations
@@ -72,11 +79,49 @@ def by_schedule(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def beside(since: str, phase: str, results: Path = RESULTS) -> list[dict[str, Any]]:
+    """Per schedule holding ``phase`` and per controller of its shipped runs from ``since`` on:
+    the repeats, and the median, least and most of the controller's requests over the SLO in
+    ``phase`` less the default's beside it, with the phase's lengths in requests."""
+    diffs: dict[tuple[str, str], list[int]] = defaultdict(list)
+    lengths: dict[tuple[str, str], set[int]] = defaultdict(set)
+    for res in sorted(results.glob("*.json")):
+        if res.stem[:8] < since:
+            continue
+        data = json.loads(res.read_text(encoding="utf-8"))["data"]
+        if data.get("variants"):
+            continue
+        kinds = data.get("controllers") or {"reload": "reload", "gateway": "gateway"}
+        for run in data["runs"]:
+            for group in run["groups"]:
+                at = {m: p for m, r in group["modes"].items()
+                      for p in r.get("phases", ()) if p["name"] == phase}
+                if "triton-default" not in at:
+                    continue
+                for mode in sorted(set(at) & set(kinds)):
+                    key = (data["schedule"], mode)
+                    diffs[key].append(at[mode]["over_slo"] - at["triton-default"]["over_slo"])
+                    lengths[key].add(at[mode]["requests"])
+    return [{"schedule": schedule, "phase": phase, "controller": mode, "repeats": len(d),
+             "median": statistics.median(d), "min": min(d), "max": max(d),
+             "phase_requests": sorted(lengths[(schedule, mode)])}
+            for (schedule, mode), d in sorted(diffs.items())]
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--since", default="20261205", help="the first result's date, YYYYMMDD")
+    ap.add_argument("--beside", action="append", metavar="PHASE",
+                    help="a controller's requests over the SLO in PHASE less its group's default's")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    if args.beside:
+        emit([r for phase in args.beside for r in beside(args.since, phase)], args.json, [
+            "schedule", "phase", "controller", "repeats", "over the SLO less the default beside it: median",
+            "least", "most", "phase requests"], lambda r: [
+            r["schedule"], r["phase"], r["controller"], r["repeats"], f"{r['median']:+g}", f"{r['min']:+d}",
+            f"{r['max']:+d}", ", ".join(map(str, r["phase_requests"]))])
+        return
     emit(by_schedule(runs(args.since)), args.json, [
         "schedule", "runs", "largest phase difference a run: median", "90th", "max (where)",
         "runs over 1 point", "over 3", "phase lengths (requests)"], lambda r: [

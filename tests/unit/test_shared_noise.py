@@ -39,3 +39,27 @@ def test_each_run_gives_its_largest_phase_difference_and_a_schedule_counts_them(
     assert (ebb["schedule"], ebb["runs"], ebb["over_1"], ebb["over_3"]) == ("ebb", 2, 1, 0)
     assert (ebb["median"], ebb["max"], ebb["max_at"]) == (0.95, 1.5, "20261206-100000 r0 low")
     assert ebb["phase_requests"] == "300-400"
+
+
+def test_beside_takes_each_controller_against_its_own_group_s_default(tmp_path: Path) -> None:
+    noise = load_benchmark("shared_noise")
+
+    def group(default: int, **modes: int) -> dict[str, Any]:
+        at = {"triton-default": default, **modes}
+        return {"modes": {m: {"phases": [{"name": "up", "over_slo": 0, "requests": 100},
+                                         {"name": "three", "over_slo": n, "requests": 1000}]}
+                          for m, n in at.items()}}
+
+    def save(stem: str, runs: list[list[dict[str, Any]]], **extra: Any) -> None:
+        data = {"schedule": "ebb", "runs": [{"repeat": i, "groups": g} for i, g in enumerate(runs)], **extra}
+        (tmp_path / f"{stem}.json").write_text(json.dumps({"data": data}))
+
+    save("20261206-100000", [[group(20, reload=30, gateway=25), group(10, wait25=90)],
+                             [group(5, wait25=80), group(30, reload=28, gateway=31)]])
+    save("20261206-110000", [[group(0, reload=99)]], variants=["rr=reload:policy.x=1"])  # a variant: out
+    save("20261205-100000", [[group(0, reload=99)]])  # before --since: out
+    rows = {r["controller"]: r for r in noise.beside("20261206", "three", tmp_path)}
+    # each against the default of its own group (20, then 30), not the other group's
+    assert (rows["reload"]["min"], rows["reload"]["max"], rows["reload"]["repeats"]) == (-2, 10, 2)
+    assert (rows["gateway"]["min"], rows["gateway"]["max"], rows["gateway"]["median"]) == (1, 5, 3)
+    assert rows["reload"]["phase_requests"] == [1000] and noise.beside("20261206", "none", tmp_path) == []
